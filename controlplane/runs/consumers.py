@@ -1,0 +1,37 @@
+"""Live events of one run pushed to the browser."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+# Close codes in the application range, so a browser can tell why it was refused.
+CLOSE_UNAUTHENTICATED = 4401
+
+
+def run_group_name(run_id: int | str) -> str:
+    return f"run.{run_id}"
+
+
+class RunConsumer(AsyncJsonWebsocketConsumer):
+    """Joins the run's group and forwards each event as JSON; it holds no logic of its own."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        self.group_name = run_group_name(self.scope["url_route"]["kwargs"]["run_id"])
+        await self.channel_layer.group_add(self.group_name, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group_name"):
+            await self.channel_layer.group_discard(self.group_name, self.channel_name)
+
+    async def run_decision(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "decision", "data": event["data"]})
+
+    async def engine_health(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "engine_health", "data": event["data"]})

@@ -1,0 +1,87 @@
+"""Fixtures shared by every test folder: free ports and real processes started per session."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace_seconds: float = 10.0) -> None:
+    """Ends a process started with ``start_new_session`` and every child it made."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def celery_queue() -> str:
+    """A queue of this test session's own, so no other worker on the same Redis takes its tasks."""
+    return f"pacer-test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(celery_queue: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+    subprocess.Popen[bytes]
+]:
+    """A real Celery worker process, consuming the session's queue through the real broker."""
+    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                str(VENV_BIN / "celery"),
+                "-A",
+                "workers.celery",
+                "worker",
+                "-Q",
+                celery_queue,
+                "-n",
+                f"{celery_queue}@%h",
+                "--concurrency",
+                "1",
+                "-l",
+                "INFO",
+            ],
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while b"ready." not in log_path.read_bytes():
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_process_group(process)
+            pytest.fail(f"celery worker did not start:\n{log_path.read_text()}")
+        time.sleep(0.2)
+    yield process
+    stop_process_group(process)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """Close each database connection after use, so threads that served async consumers hold
+    none open when pytest-django drops the test database."""
+    from django.db import connections
+
+    connections.settings["default"]["CONN_MAX_AGE"] = 0

@@ -1,0 +1,68 @@
+"""The README's run command brings the stack up, and Ctrl-C leaves nothing running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import REPO_ROOT, free_port, stop_process_group
+
+pytestmark = pytest.mark.integration
+
+STARTUP_SECONDS = 120
+
+
+def processes_mentioning(marker: str) -> list[str]:
+    # -ww: never cut long command lines (ps cuts to $COLUMNS otherwise).
+    listing = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in listing.splitlines() if marker in line and "ps -ww" not in line]
+
+
+def test_run_script_serves_health_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PACER_PORT": str(port),
+        "PACER_VAR_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'pacer.sqlite3'}",
+    }
+    log_path = tmp_path / "run.log"
+    with log_path.open("wb") as log:
+        script = subprocess.Popen(
+            [str(REPO_ROOT / "scripts" / "run")],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while b"dashboard: http://" not in log_path.read_bytes():
+            assert script.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+
+        health = httpx.get(f"http://127.0.0.1:{port}/api/health/", timeout=5)
+        assert health.status_code == 200
+        assert health.json()["database"]["ok"] and health.json()["redis"]["ok"]
+        assert "API token: " in log_path.read_text()
+        assert processes_mentioning(f"pacer-{port}@"), "the worker should be running"
+
+        # Ctrl-C in a terminal sends SIGINT to the whole foreground process group.
+        os.killpg(script.pid, signal.SIGINT)
+        assert script.wait(timeout=30) == 0, log_path.read_text()
+    finally:
+        stop_process_group(script)
+
+    time.sleep(1)
+    assert processes_mentioning(f"-p {port} controlplane.asgi") == []
+    assert processes_mentioning(f"pacer-{port}@") == []
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/api/health/", timeout=2)

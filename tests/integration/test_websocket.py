@@ -1,0 +1,75 @@
+"""A browser-side websocket receives an event another process sent through Redis."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from controlplane.asgi import application
+from controlplane.runs.consumers import CLOSE_UNAUTHENTICATED, run_group_name
+from tests.conftest import REPO_ROOT
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+SEND_FROM_ANOTHER_PROCESS = textwrap.dedent(
+    """
+    import sys, django
+    django.setup()
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+    async_to_sync(get_channel_layer().group_send)(
+        sys.argv[1], {"type": "run.decision", "data": {"kind": "grow", "cap_after": 12}}
+    )
+    """
+)
+
+
+def session_cookie_for(username: str) -> bytes:
+    user = get_user_model().objects.create_user(username=username, password="pw")
+    client = Client()
+    client.force_login(user)
+    session_key = client.cookies[settings.SESSION_COOKIE_NAME].value
+    return f"{settings.SESSION_COOKIE_NAME}={session_key}".encode()
+
+
+async def test_event_sent_from_another_process_reaches_the_websocket() -> None:
+    cookie = await database_sync_to_async(session_cookie_for)("watcher")
+    communicator = WebsocketCommunicator(
+        application,
+        "/ws/runs/41/",
+        headers=[(b"cookie", cookie), (b"origin", b"http://127.0.0.1")],
+    )
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+
+    sender = subprocess.run(
+        [sys.executable, "-c", SEND_FROM_ANOTHER_PROCESS, run_group_name(41)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings"},
+    )
+    assert sender.returncode == 0, sender.stderr
+
+    message = await communicator.receive_json_from(timeout=10)
+    assert message == {"type": "decision", "data": {"kind": "grow", "cap_after": 12}}
+    await communicator.disconnect()
+
+
+async def test_anonymous_websocket_is_refused() -> None:
+    communicator = WebsocketCommunicator(
+        application, "/ws/runs/41/", headers=[(b"origin", b"http://127.0.0.1")]
+    )
+    connected, close_code = await communicator.connect(timeout=5)
+    assert not connected
+    assert close_code == CLOSE_UNAUTHENTICATED
