@@ -42,9 +42,9 @@ def celery_queue() -> str:
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(celery_queue: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-    subprocess.Popen[bytes]
-]:
+def celery_worker_process(
+    celery_queue: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[subprocess.Popen[bytes]]:
     """A real Celery worker process, consuming the session's queue through the real broker."""
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     with log_path.open("wb") as log:

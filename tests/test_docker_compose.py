@@ -19,9 +19,10 @@ def command_text(service: dict[str, object]) -> str:
 
 def docker_compose_available() -> bool:
     docker = shutil.which("docker")
-    return bool(docker) and subprocess.run(
-        [docker, "compose", "version"], capture_output=True
-    ).returncode == 0
+    return (
+        bool(docker)
+        and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
+    )
 
 
 def test_compose_file_has_the_stack_and_commands() -> None:
@@ -45,4 +46,3 @@ def test_compose_file_has_the_stack_and_commands() -> None:
         assert environment["DATABASE_URL"].startswith("postgres://")
         assert environment["REDIS_URL"].startswith("redis://redis:")
         assert set(services[name]["depends_on"]) == {"redis", "postgres"}
-
