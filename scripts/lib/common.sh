@@ -49,18 +49,21 @@ ensure_venv() {
   echo "$hash" >"$VENV/.pacer-installed-${extras:-base}"
 }
 
-# torch first, so that the project install finds it satisfied: a wheel on local disk when pip
-# has one, else on a machine without an NVIDIA driver the CPU build from PyTorch's own index.
-# PyPI's Linux wheel is the CUDA build, several GB that a CPU machine must never pull.
+# torch first, so that the project install finds it satisfied. PyPI's Linux wheel is the CUDA
+# build, several GB that a CPU machine must never pull: unless pip's own candidate is a CPU
+# build (a wheel on local disk, say) or an NVIDIA driver is present, take PyTorch's CPU index.
 TORCH_VERSION=2.13.0
 ensure_torch() {
   "$PY" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$TORCH_VERSION'))" \
     2>/dev/null && return 0
-  "$PY" -m pip install --quiet --no-index "torch==$TORCH_VERSION" 2>/dev/null && return 0
-  if command -v nvidia-smi >/dev/null; then
+  local candidate
+  candidate=$("$PY" -m pip install --quiet --dry-run --no-deps --report - "torch==$TORCH_VERSION" \
+    2>/dev/null | "$PY" -c 'import json, sys, urllib.parse as u; print(u.unquote(json.load(sys.stdin)["install"][0]["download_info"]["url"]))' \
+    2>/dev/null)
+  if [[ $candidate == *+cpu* ]] || command -v nvidia-smi >/dev/null; then
     "$PY" -m pip install --quiet "torch==$TORCH_VERSION"
   else
-    say "no NVIDIA driver: installing the CPU build of torch $TORCH_VERSION"
+    say "no NVIDIA driver: installing the CPU build of torch $TORCH_VERSION from PyTorch's index"
     "$PY" -m pip install --quiet "torch==$TORCH_VERSION" \
       --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple
   fi || die "torch $TORCH_VERSION could not be installed"
