@@ -1,0 +1,61 @@
+"""Clocks: real monotonic time and hand-driven time."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from workers.core.clock import ManualClock, MonotonicClock
+
+
+async def test_manual_clock_wakes_sleepers_when_time_reaches_their_deadline() -> None:
+    clock = ManualClock(start=100.0)
+    woke: list[str] = []
+
+    async def sleeper(name: str, seconds: float) -> None:
+        await clock.sleep(seconds)
+        woke.append(name)
+
+    tasks = [asyncio.create_task(sleeper(n, s)) for n, s in [("late", 10.0), ("early", 2.0)]]
+    await asyncio.sleep(0)
+    assert clock.next_deadline == 102.0
+    clock.advance(1.9)
+    await asyncio.sleep(0)
+    assert woke == []
+    clock.advance(0.1)
+    await asyncio.sleep(0)
+    assert woke == ["early"]
+    clock.advance(8.0)
+    await asyncio.gather(*tasks)
+    assert woke == ["early", "late"]
+    assert clock.now() == 110.0
+    assert clock.next_deadline is None
+
+
+async def test_a_cancelled_sleeper_is_forgotten() -> None:
+    clock = ManualClock()
+    task = asyncio.create_task(clock.sleep(5.0))
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert clock.next_deadline is None
+    clock.advance(10.0)
+
+
+async def test_a_zero_sleep_only_yields() -> None:
+    clock = ManualClock()
+    await clock.sleep(0.0)
+    assert clock.now() == 0.0
+
+
+def test_manual_time_never_goes_back() -> None:
+    with pytest.raises(ValueError, match="forward"):
+        ManualClock().advance(-1.0)
+
+
+async def test_monotonic_clock_moves_forward_across_a_sleep() -> None:
+    clock = MonotonicClock()
+    before = clock.now()
+    await clock.sleep(0.01)
+    assert clock.now() - before >= 0.009

@@ -1,0 +1,201 @@
+"""Pacer's policy: fast ramp, early brakes, knee memory, throughput probing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.core.builders import sample
+from workers.core.decisions import Cause, DecisionKind, Signal
+from workers.core.policies.base import PoolView
+from workers.core.policies.pacer import PacerConfig, PacerPolicy
+from workers.core.polls import PollSummary
+
+
+def pool(
+    level: float = 100.0,
+    inflight: int = 100,
+    since_release: int | None = None,
+    turnover: float = 0.0,
+) -> PoolView:
+    return PoolView(level, inflight, since_release, turnover)
+
+
+def step(policy: PacerPolicy, view: PoolView | None = None, at: float = 0.0, **fields: object):
+    view = view or pool()
+    poll = PollSummary.from_samples([sample(**fields)], at)  # type: ignore[arg-type]
+    reading = policy.read(poll, view)
+    return reading, policy.propose(reading, view)
+
+
+@pytest.mark.parametrize(
+    ("usage", "growth"),
+    [(0.0, 2.0), (0.4, 1.5), (0.78, 1.05), (0.8, 1.05), (0.84, 1.025), (0.87, 1.00625)],
+)
+def test_growth_starts_at_x2_and_tapers_to_nothing_at_the_target_kv(usage, growth) -> None:
+    reading, proposal = step(PacerPolicy(), kv=usage)
+    assert reading.signal is Signal.CLEAR
+    assert reading.growth == pytest.approx(growth)
+    assert proposal is None
+
+
+def test_kv_between_target_and_trim_line_holds_the_cap() -> None:
+    reading, proposal = step(PacerPolicy(), kv=0.9)
+    assert (reading.signal, reading.cause, reading.growth, proposal) == (
+        Signal.SOFT,
+        Cause.KV_HIGH,
+        1.0,
+        None,
+    )
+
+
+def test_kv_above_the_trim_line_on_two_polls_trims_to_the_target_without_shedding() -> None:
+    policy = PacerPolicy()
+    first, proposal = step(policy, kv=0.93)
+    assert (first.cause, proposal) == (Cause.KV_HIGH, None)  # one poll can be noise
+    reading, proposal = step(policy, kv=0.93)
+    assert (reading.signal, reading.cause) == (Signal.SOFT, Cause.KV_PRESSURE)
+    assert proposal is not None
+    assert (proposal.kind, proposal.shed) == (DecisionKind.TRIM, False)
+    assert proposal.level == pytest.approx(100 * 0.88 / 0.93)
+
+
+def test_kv_near_exhaustion_trims_at_once_and_sheds() -> None:
+    _, proposal = step(PacerPolicy(), kv=0.98)
+    assert proposal is not None
+    assert proposal.shed
+    assert proposal.level == pytest.approx(100 * 0.88 / 0.98)
+
+
+def test_trims_rest_3_polls() -> None:
+    policy = PacerPolicy()
+    assert step(policy, kv=0.98)[1] is not None
+    assert step(policy, pool(level=90.0), kv=0.98)[1] is None
+    assert step(policy, pool(level=90.0), kv=0.98)[1] is None
+    assert step(policy, pool(level=90.0), kv=0.98)[1] is not None
+
+
+def test_preemption_cuts_to_0_85_and_remembers_the_knee() -> None:
+    policy = PacerPolicy()
+    _, cut = step(policy, pool(inflight=200, level=200.0), preemptions=2)
+    assert cut is not None
+    assert (cut.kind, cut.shed) == (DecisionKind.CUT, True)
+    assert cut.level == pytest.approx(170.0)
+    below_knee = step(policy, pool(level=170.0, inflight=170), kv=0.1)[0]
+    near_knee = step(policy, pool(level=185.0, inflight=185), kv=0.1)[0]
+    assert below_knee.growth == pytest.approx(1.875)
+    assert near_knee.growth == pytest.approx(1.05)
+    assert near_knee.figures["knee"] == 200.0
+
+
+def test_the_knee_is_forgotten_after_20_turnovers() -> None:
+    policy = PacerPolicy()
+    step(policy, pool(inflight=200, level=200.0), preemptions=2)
+    at_21 = step(policy, pool(level=185.0, inflight=185, turnover=21.0), kv=0.1)[0]
+    assert at_21.growth == pytest.approx(1.875)
+    assert "knee" not in at_21.figures
+
+
+def test_a_cut_soon_after_a_release_is_escalated_to_0_6() -> None:
+    _, cut = step(PacerPolicy(), pool(since_release=2), preemptions=1)
+    assert cut is not None
+    assert cut.level == pytest.approx(60.0)
+
+
+def test_queue_overload_cuts_after_3_polls_not_6() -> None:
+    policy = PacerPolicy()
+    queued = {"running": 100, "waiting": 60, "waiting_capacity": 60}
+    assert step(policy, **queued)[1] is None
+    assert step(policy, **queued)[1] is None
+    reading, cut = step(policy, **queued)
+    assert reading.cause is Cause.QUEUE_OVERLOAD
+    assert cut is not None
+    assert cut.level == pytest.approx(90.0)
+
+
+def test_a_rising_capacity_queue_holds_growth_before_it_becomes_overload() -> None:
+    policy = PacerPolicy()
+    first = step(policy, running=100, waiting=2, waiting_capacity=2)[0]
+    assert (first.signal, first.growth) == (Signal.CLEAR, 1.0)  # any queue: no growth
+    rising = step(policy, running=100, waiting=5, waiting_capacity=5)[0]
+    assert (rising.signal, rising.cause) == (Signal.SOFT, Cause.QUEUE_RISING)
+
+
+def test_persistent_waiting_holds_growth() -> None:
+    policy = PacerPolicy()
+    step(policy, waiting=1, waiting_capacity=0)
+    reading = step(policy, waiting=1, waiting_capacity=0)[0]
+    assert (reading.signal, reading.cause) == (Signal.SOFT, Cause.WAITING)
+
+
+def learn_hit_rate(policy: PacerPolicy, rate: float, polls: int = 5) -> None:
+    for _ in range(polls):
+        step(policy, kv=0.55, hits=int(rate * 1000), queries=1000)
+
+
+def test_a_falling_prefix_hit_rate_under_kv_pressure_trims_a_tenth_without_shedding() -> None:
+    policy = PacerPolicy()
+    learn_hit_rate(policy, 0.9)
+    reading, trim = step(policy, kv=0.6, hits=500, queries=1000)
+    assert (reading.signal, reading.cause) == (Signal.SOFT, Cause.PREFIX_EVICTION)
+    assert reading.figures["prefix_hit_baseline"] == pytest.approx(0.9)
+    assert trim is not None
+    assert (trim.kind, trim.shed, trim.level) == (DecisionKind.TRIM, False, pytest.approx(90.0))
+
+
+def test_a_falling_prefix_hit_rate_with_kv_to_spare_is_not_eviction() -> None:
+    policy = PacerPolicy()
+    learn_hit_rate(policy, 0.9)
+    reading, trim = step(policy, kv=0.3, hits=500, queries=1000)
+    assert (reading.signal, trim) == (Signal.CLEAR, None)
+
+
+def test_a_lasting_drop_of_the_hit_rate_costs_one_trim_not_one_every_few_polls() -> None:
+    policy = PacerPolicy()
+    learn_hit_rate(policy, 0.9)
+    trims = [step(policy, kv=0.6, hits=500, queries=1000)[1] for _ in range(20)]
+    assert sum(t is not None for t in trims) == 1
+
+
+def test_a_flat_throughput_probe_holds_growth_for_two_turnovers() -> None:
+    policy = PacerPolicy()
+    at = 0.0
+    readings = []
+    # Epoch 0 at 100 in flight, then 130 in flight with the same tokens per poll: flat.
+    for index, inflight in enumerate([100] * 4 + [130] * 4 + [130] * 12):
+        at += 5.0
+        view = pool(level=float(inflight), inflight=inflight, turnover=index / 4)
+        readings.append(step(policy, view, at=at, tokens=1000)[0])
+    causes = [r.cause for r in readings]
+    assert Cause.THROUGHPUT_FLAT not in causes[:8]
+    assert causes[8:16] == [Cause.THROUGHPUT_FLAT] * 8
+    assert causes[16:] == [Cause.CLEAR] * 4
+    assert readings[16].growth > 1.0
+
+
+def test_state_round_trips() -> None:
+    policy = PacerPolicy()
+    learn_hit_rate(policy, 0.9)
+    step(policy, pool(inflight=200, level=200.0), preemptions=2)
+    copy = PacerPolicy()
+    copy.load_json(policy.to_json())
+    view = pool(level=185.0, inflight=185)
+    assert step(copy, view, kv=0.6, hits=500, queries=1000) == step(
+        policy, view, kv=0.6, hits=500, queries=1000
+    )
+
+
+def test_config_rejects_inconsistent_thresholds() -> None:
+    with pytest.raises(ValueError, match="target_kv_usage"):
+        PacerConfig(cruise_kv_usage=0.9, target_kv_usage=0.85)
+    with pytest.raises(ValueError, match="trim_kv_usage"):
+        PacerConfig(trim_kv_usage=0.85)
+    with pytest.raises(ValueError, match=r"probe_growth must be in \[1.0, 2.0\]"):
+        PacerConfig(probe_growth=3.0)
+
+
+def test_prefix_eviction_is_seen_inside_the_kv_dead_band_too() -> None:
+    policy = PacerPolicy()
+    learn_hit_rate(policy, 0.9)
+    reading, trim = step(policy, kv=0.9, hits=500, queries=1000)
+    assert reading.cause is Cause.PREFIX_EVICTION
+    assert trim is not None

@@ -1,0 +1,28 @@
+"""Permits: released exactly once, counted per kind and engine, never expired."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.core.permits import EpisodeKind, PermitError, PermitLedger, PermitOutcome
+
+
+def test_train_and_eval_share_one_count() -> None:
+    ledger = PermitLedger()
+    ledger.issue(EpisodeKind.TRAIN, "a", 0.0)
+    ledger.issue(EpisodeKind.EVAL, "a", 0.0)
+    ledger.issue(EpisodeKind.TRAIN, "b", 0.0)
+    assert ledger.inflight == 3
+    assert (ledger.inflight_of(EpisodeKind.TRAIN), ledger.inflight_of(EpisodeKind.EVAL)) == (2, 1)
+    assert ledger.engines() == {"a": 2, "b": 1}
+
+
+def test_a_permit_is_released_exactly_once_with_its_outcome() -> None:
+    ledger = PermitLedger()
+    permit = ledger.issue(EpisodeKind.TRAIN, "a", 0.0)
+    permit.release(PermitOutcome.CANCELLED)
+    assert (permit.released, permit.outcome, ledger.inflight) == (True, PermitOutcome.CANCELLED, 0)
+    with pytest.raises(PermitError, match="already released as cancelled"):
+        permit.release(PermitOutcome.COMPLETED)
+    assert ledger.inflight == 0
+    assert ledger.engines() == {}

@@ -1,0 +1,79 @@
+"""The controller's configuration, its per-episode input, and its gauges."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from workers.core.decisions import Cause, Signal
+from workers.core.validation import check_range
+
+MAX_CAP = 1_000_000  # sanity bound on any cap: far above what any engine pool holds
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Rules every policy shares."""
+
+    min_inflight: int = 1  # prime-rl default; min = max fixes the cap
+    max_inflight: int = 1024  # prime-rl default
+    initial_inflight: int | None = None  # start cap; None derives it once from KV capacity
+    episode_token_budget: int | None = None  # caps tokens per episode in the derived start
+    poll_ttl: float = 15.0  # prime-rl: no growth once the last complete poll is older (s)
+    binding_fraction: float = 0.9  # prime-rl: grow only when in-flight >= this x cap
+
+    def __post_init__(self) -> None:
+        check_range("min_inflight", self.min_inflight, 1, MAX_CAP)
+        check_range("max_inflight", self.max_inflight, self.min_inflight, MAX_CAP)
+        if self.initial_inflight is not None:
+            check_range("initial_inflight", self.initial_inflight, 1, MAX_CAP)
+        if self.episode_token_budget is not None:
+            check_range("episode_token_budget", self.episode_token_budget, 1, 1 << 40)
+        if not math.isfinite(self.poll_ttl):
+            raise ValueError(f"poll_ttl must be finite, got {self.poll_ttl}")
+        check_range("poll_ttl", self.poll_ttl, 0.001, 86_400.0)
+        check_range("binding_fraction", self.binding_fraction, 0.01, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeCompletion:
+    """One finished episode, as the controller needs it."""
+
+    tokens: int  # tokens the episode generated
+    ok: bool  # False when the episode failed (engine error, timeout)
+    pool: int  # in-flight count INCLUDING this episode, taken before its permit was released
+
+    def __post_init__(self) -> None:
+        if self.tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {self.tokens}")
+        if self.pool < 1:
+            raise ValueError(f"pool counts the finished episode itself, so >= 1; got {self.pool}")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerStats:
+    """Gauges of the controller, made once per poll for the reporter."""
+
+    at: float
+    policy: str
+    cap: int  # the cap in force
+    policy_cap: int  # the policy's own cap (differs while pinned)
+    pinned_for: float | None  # seconds left on a pin; None when not pinned
+    inflight: int
+    turnover: float  # full replacements of the pool since the start
+    signal: Signal
+    cause: Cause
+    growth: float  # multiplier per turnover the last poll allows
+    kv_capacity_tokens: int | None
+    draining: bool
+    frozen: bool  # growth frozen on stale metrics
+    engine_requests: int  # running + waiting on the fresh engines
+    untracked_requests: int  # engine requests beyond the permits: leaked, never aborted
+    cuts: int
+    trims: int
+    suppressed_cuts: int  # hard polls ignored during a drain
+
+
+def check_inflight(inflight: int) -> None:
+    if isinstance(inflight, bool) or not isinstance(inflight, int) or inflight < 0:
+        raise ValueError(f"inflight must be an integer >= 0, got {inflight!r}")

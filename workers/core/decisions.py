@@ -1,0 +1,151 @@
+"""The controller's output: one record per change of the cap or of the controller's mode.
+
+Every record says what happened (kind), why (a machine-readable cause and a sentence), the cap
+before and after, how many episodes to shed, and the numbers behind it. The reporter stores,
+pushes and exports these records; the run id and training step are attached there, since the
+controller does not know them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+
+class Signal(StrEnum):
+    """How loaded the engines look on the latest poll; the worst reading wins."""
+
+    CLEAR = "clear"  # no sign of pressure: growth may proceed
+    SOFT = "soft"  # early pressure: hold the cap
+    HARD = "hard"  # preemption or persistent capacity queue: cut
+    UNKNOWN = "unknown"  # no fresh numbers from any engine
+
+
+class Cause(StrEnum):
+    """The single reason a decision names, readable by machines and dashboards."""
+
+    CLEAR = "clear"  # engines clear, the cap is used
+    START = "start"  # the start cap was set
+    RESTORED = "restored"  # state reloaded after a worker restart
+    PREEMPTION = "preemption"  # an engine preempted requests since the previous poll
+    QUEUE_OVERLOAD = "queue overload"  # capacity queue above a share of running, persistently
+    QUEUE_RISING = "queue rising"  # capacity queue growing poll after poll
+    WAITING = "waiting"  # an engine had waiting requests on consecutive polls
+    KV_HIGH = "kv high"  # KV usage above the level where growth stops
+    KV_PRESSURE = "kv pressure"  # KV usage above the level where the cap is trimmed
+    PREFIX_EVICTION = "prefix eviction"  # prefix-cache hit rate fell: idle contexts evicted
+    THROUGHPUT_FLAT = "throughput flat"  # a larger pool stopped producing more tokens
+    DRAINED = "drained"  # the pool drained below the cap after a cut, with no overload
+    STALE = "stale"  # metrics missing or too old to act on
+    FRESH = "fresh"  # metrics complete and recent again
+    OPERATOR = "operator"  # an operator command
+    PIN_EXPIRED = "pin expired"  # an operator pin reached its time limit
+
+
+class DecisionKind(StrEnum):
+    """What a decision did."""
+
+    BOOTSTRAP = "bootstrap"  # the start cap, set once per run
+    RESTORE = "restore"  # the controller continued from stored state
+    GROW = "grow"  # the cap rose by growth on completions
+    TRIM = "trim"  # proportional reduction on KV pressure
+    CUT = "cut"  # multiplicative reduction on a hard signal; starts a drain
+    DRAIN_RELEASE = "drain-release"  # the drain after a cut ended
+    PIN = "pin"  # an operator holds the cap
+    SET = "set"  # an operator moved the cap once
+    RELEASE = "release"  # an operator let go of a pin
+    PIN_EXPIRED = "pin-expired"  # a pin's time limit passed
+    STALE_FREEZE = "stale-freeze"  # metrics missing or too old: the cap is held
+    STALE_THAW = "stale-thaw"  # metrics fresh again: adaptation resumes
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One controller decision and the figures that justified it.
+
+    While an operator pin holds the cap (or an observe-only run keeps it fixed), ``cap_*`` is
+    the cap in force and ``shadow_*`` is what the policy computes meanwhile; otherwise the
+    shadow fields are None. ``applied`` is False for an observe-only decision that did not
+    touch the real cap.
+    """
+
+    at: float  # clock seconds of the decision
+    kind: DecisionKind
+    cause: Cause
+    signal: Signal
+    cap_before: int
+    cap_after: int
+    reason: str  # one sentence for people, e.g. "Decreased concurrency 500 -> 400 (preemption)"
+    shed: int = 0  # in-flight episodes to cancel now
+    shadow_before: int | None = None
+    shadow_after: int | None = None
+    alert: bool = False  # needs an operator's attention
+    applied: bool = True
+    figures: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if self.cap_before < 0 or self.cap_after < 0:
+            raise ValueError(f"caps must be >= 0, got {self.cap_before} -> {self.cap_after}")
+        if self.shed < 0:
+            raise ValueError(f"shed must be >= 0, got {self.shed}")
+        if not isinstance(self.figures, MappingProxyType):
+            object.__setattr__(self, "figures", MappingProxyType(dict(self.figures)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "kind": self.kind.value,
+            "cause": self.cause.value,
+            "signal": self.signal.value,
+            "cap_before": self.cap_before,
+            "cap_after": self.cap_after,
+            "reason": self.reason,
+            "shed": self.shed,
+            "shadow_before": self.shadow_before,
+            "shadow_after": self.shadow_after,
+            "alert": self.alert,
+            "applied": self.applied,
+            "figures": dict(self.figures),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Decision:
+        """Rebuild a decision; a missing or malformed field raises ValueError naming it."""
+        try:
+            return cls(
+                at=float(data["at"]),
+                kind=DecisionKind(data["kind"]),
+                cause=Cause(data["cause"]),
+                signal=Signal(data["signal"]),
+                cap_before=int(data["cap_before"]),
+                cap_after=int(data["cap_after"]),
+                reason=str(data["reason"]),
+                shed=int(data["shed"]),
+                shadow_before=_optional_int(data["shadow_before"]),
+                shadow_after=_optional_int(data["shadow_after"]),
+                alert=bool(data["alert"]),
+                applied=bool(data["applied"]),
+                figures={str(k): float(v) for k, v in dict(data["figures"]).items()},
+            )
+        except KeyError as missing:
+            raise ValueError(f"decision JSON lacks field {missing}") from None
+        except (TypeError, ValueError) as bad:
+            raise ValueError(f"decision JSON is malformed: {bad}") from None
+
+
+def change_reason(before: int, after: int, cause: Cause, detail: str) -> str:
+    """The log sentence for a cap change, in the form operators of the reference know."""
+    if after < before:
+        text = f"Decreased concurrency {before} -> {after} ({cause.value})"
+    elif after > before:
+        text = f"Increased concurrency {before} -> {after} ({cause.value})"
+    else:
+        text = f"Concurrency stays {after} ({cause.value})"
+    return f"{text}: {detail}" if detail else text
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)

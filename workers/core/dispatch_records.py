@@ -1,0 +1,45 @@
+"""The dispatcher's configuration, its gauges, and what a shed did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workers.core.pacing import PacingConfig
+from workers.core.tallies import Tally, TallyKey
+from workers.core.validation import check_range
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherConfig:
+    max_off_policy_steps: int = 8  # prime-rl's orchestrator default
+    pacing: PacingConfig = field(default_factory=PacingConfig)
+
+    def __post_init__(self) -> None:
+        check_range("max_off_policy_steps", self.max_off_policy_steps, 0, 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class ShedReport:
+    """What one shed did."""
+
+    group_ids: tuple[str, ...]  # groups closed, youngest first
+    cancelled: int  # live episodes whose tasks were cancelled
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherStats:
+    """Gauges of the dispatcher at one moment."""
+
+    at: float
+    cap: int
+    inflight: int
+    inflight_train: int
+    inflight_eval: int
+    pending_episodes: int  # queued, not yet admitted
+    open_groups: int  # groups with pending or live episodes
+    pacing_net: int  # net admissions in the current pacing window
+    pacing_budget: int  # net admissions allowed per window at this cap
+    healthy_engines: int
+    inflight_by_engine: dict[str, int]
+    policy_version: int
+    tallies: dict[TallyKey, Tally]

@@ -1,0 +1,332 @@
+"""The dispatcher: admits episodes under the cap, routes groups, sheds and drops them.
+
+It owns the permits, the in-flight counts and the episodes' asyncio tasks; the controller only
+gives it a cap and, now and then, a number of episodes to shed. Lowering the cap never cancels
+anything by itself: it only stops admission until completions bring the pool under it.
+
+The caller injects how an episode runs (an async callable given the episode and its engine;
+the HTTP rollout lives there), which engines are healthy, and the clock. Cancelling an
+episode's task raises CancelledError inside that callable, which closes its HTTP request, and
+vLLM aborts a request whose client disconnects, freeing its KV.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Generic
+
+from workers.core.clock import Clock
+from workers.core.dispatch_records import DispatcherConfig, DispatcherStats, ShedReport
+from workers.core.episodes import (
+    CancelReason,
+    EpisodeTicket,
+    FinishedEpisode,
+    GroupSpec,
+    P,
+    R,
+)
+from workers.core.pacing import AdmissionPacer
+from workers.core.permits import EpisodeKind, Permit, PermitLedger, PermitOutcome
+from workers.core.tallies import Tallies
+
+RunEpisode = Callable[[EpisodeTicket[P], str], Coroutine[Any, Any, R]]
+OnFinished = Callable[[FinishedEpisode[P, R]], None]
+
+
+@dataclass(slots=True, eq=False)
+class _Live:
+    ticket: EpisodeTicket[Any]
+    permit: Permit
+    started_at: float
+    task: asyncio.Task[Any] | None = None
+    cancel_reason: CancelReason | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Group:
+    spec: GroupSpec[Any]
+    order: int  # submission order, to break ties between groups of equal age
+    engine_id: str | None = None
+    next_index: int = 0
+    closed: bool = False
+    live: dict[int, _Live] = field(default_factory=dict)
+
+    @property
+    def remaining(self) -> int:
+        return 0 if self.closed else self.spec.size - self.next_index
+
+    def age_key(self) -> tuple[float, int]:
+        """A group's age is its oldest live member's start."""
+        return (min(live.started_at for live in self.live.values()), self.order)
+
+
+class Dispatcher(Generic[P, R]):
+    """Runs episodes under a cap, with pacing, group routing, shedding and off-policy drops.
+
+    Every method is called from inside the running event loop: admissions create tasks at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        run_episode: RunEpisode[P, R],
+        on_finished: OnFinished[P, R],
+        clock: Clock,
+        cap: int,
+        config: DispatcherConfig | None = None,
+        engines: Iterable[str] = (),
+    ) -> None:
+        self.config = config or DispatcherConfig()
+        self._run_episode = run_episode
+        self._on_finished = on_finished
+        self._clock = clock
+        self._cap = _checked_cap(cap)
+        self._healthy: tuple[str, ...] = tuple(engines)
+        self._ledger = PermitLedger()
+        self._pacer = AdmissionPacer(self.config.pacing)
+        self._tallies = Tallies()
+        self._groups: dict[str, _Group] = {}
+        self._fresh: deque[_Group] = deque()
+        self._continuing: dict[str, _Group] = {}
+        self._order = 0
+        self._policy_version = 0
+        self._timer: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def inflight(self) -> int:
+        return self._ledger.inflight
+
+    @property
+    def cap(self) -> int:
+        return self._cap
+
+    # -- inputs from the runtime -----------------------------------------------------------
+
+    def submit(self, spec: GroupSpec[P]) -> bool:
+        """Queue a group; False when it is already too far behind the policy to be worth it."""
+        if self._closed:
+            raise RuntimeError("dispatcher is closed; no group can be submitted")
+        if spec.group_id in self._groups:
+            raise ValueError(f"group {spec.group_id!r} is already queued or running")
+        if self._too_old(spec):
+            return False
+        self._order += 1
+        group = _Group(spec, self._order)
+        self._groups[spec.group_id] = group
+        self._fresh.append(group)
+        self._refill()
+        return True
+
+    def set_cap(self, cap: int) -> None:
+        """A new cap: a higher one admits more now; a lower one only stops admission."""
+        self._cap = _checked_cap(cap)
+        self._refill()
+
+    def set_engines(self, healthy: Iterable[str]) -> None:
+        """The engines new groups may go to; groups on an engine that left are re-routed."""
+        self._healthy = tuple(healthy)
+        self._refill()
+
+    def shed(self, count: int) -> ShedReport:
+        """Cancel whole train groups, youngest first, until ``count`` live episodes are cut.
+
+        At most one group more than needed is touched, so at most ``count`` + that group's
+        size - 1 episodes are cancelled. Eval groups are never shed: an eval wave is a
+        measurement, and a partial one measures nothing.
+        """
+        if count < 0:
+            raise ValueError(f"shed count must be >= 0, got {count}")
+        victims = [
+            g
+            for g in self._groups.values()
+            if g.spec.kind is EpisodeKind.TRAIN and not g.closed and g.live
+        ]
+        victims.sort(key=_Group.age_key, reverse=True)
+        cancelled, groups = 0, []
+        for group in victims:
+            if cancelled >= count:
+                break
+            cancelled += self._close(group, CancelReason.SHED)
+            groups.append(group.spec.group_id)
+        return ShedReport(tuple(groups), cancelled)
+
+    def advance_policy(self, version: int) -> tuple[str, ...]:
+        """A new policy version: drop train groups more than max_off_policy_steps behind it.
+
+        Eval groups stay: an evaluation of an older checkpoint still measures that checkpoint.
+        """
+        if version < self._policy_version:
+            raise ValueError(f"policy version went back from {self._policy_version} to {version}")
+        self._policy_version = version
+        stale = [g for g in self._groups.values() if not g.closed and self._too_old(g.spec)]
+        for group in stale:
+            self._close(group, CancelReason.OFF_POLICY)
+        return tuple(g.spec.group_id for g in stale)
+
+    def stats(self) -> DispatcherStats:
+        now = self._clock.now()
+        next_size = self._next_group()
+        group_size = next_size.spec.size if next_size is not None else 1
+        return DispatcherStats(
+            at=now,
+            cap=self._cap,
+            inflight=self._ledger.inflight,
+            inflight_train=self._ledger.inflight_of(EpisodeKind.TRAIN),
+            inflight_eval=self._ledger.inflight_of(EpisodeKind.EVAL),
+            pending_episodes=sum(g.remaining for g in self._groups.values()),
+            open_groups=len(self._groups),
+            pacing_net=self._pacer.net(now),
+            pacing_budget=self._pacer.budget(self._cap, group_size),
+            healthy_engines=len(self._healthy),
+            inflight_by_engine=self._ledger.engines(),
+            policy_version=self._policy_version,
+            tallies=self._tallies.snapshot(),
+        )
+
+    async def aclose(self) -> None:
+        """Cancel every episode, wait for them to end, and refuse new work."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        tasks = [live.task for g in self._groups.values() for live in g.live.values() if live.task]
+        for group in list(self._groups.values()):
+            self._close(group, CancelReason.CLOSED)
+        # Each task's own done callback was added before gather's, so it has released the
+        # permit by the time gather returns.
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> Dispatcher[P, R]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- admission -------------------------------------------------------------------------
+
+    def _refill(self) -> None:
+        """Admit as many episodes as the cap, the pacing window and the queue allow, at once."""
+        if self._closed or not self._healthy:
+            return
+        now = self._clock.now()
+        while (room := self._cap - self._ledger.inflight) > 0:
+            group = self._next_group()
+            if group is None:
+                return
+            allowed = self._pacer.available(now, self._cap, group.spec.size)
+            if allowed <= 0:
+                self._arm_timer()
+                return
+            self._start(group, min(room, allowed, group.remaining), now)
+
+    def _next_group(self) -> _Group | None:
+        """Started groups first (their prefixes are cached on their engine), then FIFO."""
+        if self._continuing:
+            return next(iter(self._continuing.values()))
+        while self._fresh and self._fresh[0].closed:
+            self._fresh.popleft()
+        return self._fresh[0] if self._fresh else None
+
+    def _start(self, group: _Group, count: int, now: float) -> None:
+        spec = group.spec
+        if group.next_index == 0:
+            self._fresh.popleft()
+            self._continuing[spec.group_id] = group
+        if group.engine_id not in self._healthy:
+            group.engine_id = min(self._healthy, key=self._ledger.inflight_on)
+        engine = group.engine_id
+        assert engine is not None
+        loop = asyncio.get_running_loop()
+        for index in range(group.next_index, group.next_index + count):
+            ticket = EpisodeTicket(
+                spec.group_id, index, spec.kind, spec.env, spec.policy_version, spec.payloads[index]
+            )
+            live = _Live(ticket, self._ledger.issue(spec.kind, engine, now), now)
+            group.live[index] = live
+            live.task = loop.create_task(self._run_episode(ticket, engine))
+            live.task.add_done_callback(partial(self._finish, group, live))
+            self._tallies.admitted(spec.kind, spec.env, engine)
+        group.next_index += count
+        self._pacer.admit(now, count)
+        if group.remaining == 0:
+            del self._continuing[spec.group_id]
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None and not self._timer.done():
+            return
+        wake_at = self._pacer.next_expiry()
+        if wake_at is not None:
+            self._timer = asyncio.get_running_loop().create_task(self._wake(wake_at))
+
+    async def _wake(self, at: float) -> None:
+        await self._clock.sleep(max(0.0, at - self._clock.now()))
+        self._timer = None
+        self._refill()
+
+    # -- endings ---------------------------------------------------------------------------
+
+    def _finish(self, group: _Group, live: _Live, task: asyncio.Task[Any]) -> None:
+        """Done callback, not a ``finally``: a task cancelled before its first step never runs
+        its body, and its permit must come back all the same."""
+        now = self._clock.now()
+        pool = self._ledger.inflight
+        result, error, reason = None, None, live.cancel_reason
+        if reason is not None or task.cancelled():
+            outcome = PermitOutcome.CANCELLED
+            reason = reason or CancelReason.CLOSED
+        elif (error := task.exception()) is not None:
+            outcome = PermitOutcome.FAILED
+        else:
+            outcome = PermitOutcome.COMPLETED
+            result = task.result()
+            self._pacer.refund()
+        live.permit.release(outcome)
+        ticket = live.ticket
+        self._tallies.ended(ticket.kind, ticket.env, live.permit.engine_id, outcome, reason)
+        del group.live[ticket.index]
+        if not group.live and group.remaining == 0:
+            self._groups.pop(ticket.group_id, None)
+        finished = FinishedEpisode(
+            ticket,
+            live.permit.engine_id,
+            outcome,
+            live.started_at,
+            now,
+            pool,
+            result,
+            error,
+            reason,
+        )
+        try:
+            self._on_finished(finished)
+        finally:
+            self._refill()
+
+    def _close(self, group: _Group, reason: CancelReason) -> int:
+        """Close a group: no more admissions, its live episodes cancelled. Returns how many."""
+        group.closed = True
+        self._continuing.pop(group.spec.group_id, None)
+        cancelled = 0
+        for live in group.live.values():
+            if live.task is not None and live.task.cancel():
+                live.cancel_reason = reason
+                cancelled += 1
+        if not group.live:
+            self._groups.pop(group.spec.group_id, None)
+        return cancelled
+
+    def _too_old(self, spec: GroupSpec[Any]) -> bool:
+        return (
+            spec.kind is EpisodeKind.TRAIN
+            and self._policy_version - spec.policy_version > self.config.max_off_policy_steps
+        )
+
+
+def _checked_cap(cap: int) -> int:
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise ValueError(f"cap must be an integer >= 0, got {cap!r}")
+    return cap

@@ -1,0 +1,50 @@
+"""The operator's hold on the cap: a pin with a time limit, and the checks on command input."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """An operator's hold on the cap."""
+
+    cap: int
+    until: float  # clock seconds when the hold lapses
+
+
+class Overrides:
+    """Holds at most one pin; refuses commands outside the controller's bounds."""
+
+    __slots__ = ("high", "low", "pin")
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low = low
+        self.high = high
+        self.pin: Pin | None = None
+
+    def check_cap(self, cap: int) -> None:
+        if isinstance(cap, bool) or not isinstance(cap, int) or not self.low <= cap <= self.high:
+            raise ValueError(f"cap must be an integer in [{self.low}, {self.high}], got {cap!r}")
+
+    def hold(self, cap: int, ttl: float, now: float) -> None:
+        """Pin ``cap`` for ``ttl`` seconds; bad input raises ValueError and changes nothing."""
+        self.check_cap(cap)
+        if not (math.isfinite(ttl) and ttl > 0):
+            raise ValueError(f"pin ttl must be a finite number of seconds > 0, got {ttl}")
+        self.pin = Pin(cap, now + ttl)
+
+    def drop(self) -> Pin | None:
+        """End the pin, if any; returns what was held."""
+        held, self.pin = self.pin, None
+        return held
+
+    def lapse(self, now: float) -> Pin | None:
+        """End the pin if its time is up; returns it when it just lapsed."""
+        if self.pin is None or now < self.pin.until:
+            return None
+        return self.drop()
+
+    def seconds_left(self, now: float) -> float | None:
+        return None if self.pin is None else max(0.0, self.pin.until - now)

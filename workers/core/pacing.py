@@ -1,0 +1,89 @@
+"""Admission pacing: how many net new episodes may start in the current window.
+
+A raised cap must not land a wall of prefills on the engines at once, so net admissions per
+window are bounded by max(group size, a fraction of the cap). Net means that a natural
+completion refunds an admission: replacing a finished episode is free, so steady turnover and a
+refill after a barrier are never slowed. A cancellation or a failure refunds nothing, so a mass
+shed cannot buy a burst of fresh prefills, nor a dead engine a storm of instant retries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from workers.core.validation import check_range
+
+
+@dataclass(frozen=True, slots=True)
+class PacingConfig:
+    window: float = 5.0  # prime-rl: admissions are paced per 5 s
+    cap_fraction: float = 0.1  # prime-rl: at most cap / 10 net new episodes per window
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.window):
+            raise ValueError(f"window must be finite, got {self.window}")
+        check_range("window", self.window, 0.001, 3600.0)
+        check_range("cap_fraction", self.cap_fraction, 0.001, 1.0)
+
+
+class AdmissionPacer:
+    """A sliding window of paid admissions, and credits earned by natural completions.
+
+    A completion's credit pays for the next admission whenever that comes: a refund that
+    expired with the window would charge a replacement made a moment later, and the pool
+    would lag its cap in steady state. Credits are bounded by the cap, since no more than a
+    full pool can be replaced.
+    """
+
+    def __init__(self, config: PacingConfig | None = None) -> None:
+        self.config = config or PacingConfig()
+        self._paid: deque[tuple[float, int]] = deque()
+        self._net = 0
+        self._credits = 0
+
+    def budget(self, cap: int, group_size: int) -> int:
+        """Paid admissions allowed per window at this cap."""
+        return max(group_size, math.floor(cap * self.config.cap_fraction))
+
+    def available(self, now: float, cap: int, group_size: int) -> int:
+        """Admissions allowed right now: credits, then what is left of the window's budget."""
+        self._expire(now)
+        self._credits = min(self._credits, cap)
+        return self._credits + max(0, self.budget(cap, group_size) - self._net)
+
+    def net(self, now: float) -> int:
+        """Paid admissions within the window ending now."""
+        self._expire(now)
+        return self._net
+
+    @property
+    def credits(self) -> int:
+        return self._credits
+
+    def admit(self, now: float, count: int = 1) -> None:
+        """Record admissions; credits pay first, the rest counts against the window."""
+        if count <= 0:
+            raise ValueError(f"admit count must be >= 1, got {count}")
+        free = min(count, self._credits)
+        self._credits -= free
+        if count > free:
+            self._paid.append((now, count - free))
+            self._net += count - free
+
+    def refund(self) -> None:
+        """A natural completion: its replacement will not count against the window."""
+        self._credits += 1
+
+    def next_expiry(self) -> float | None:
+        """When the oldest paid admission leaves the window: the budget grows then."""
+        if not self._paid:
+            return None
+        return self._paid[0][0] + self.config.window
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self.config.window
+        paid = self._paid
+        while paid and paid[0][0] <= horizon:
+            self._net -= paid.popleft()[1]

@@ -1,0 +1,88 @@
+"""The contract between the controller and a policy.
+
+The controller owns everything every policy shares: bounds, the start cap, the drain latch after
+a cut, the stale-metrics freeze, operator commands and decision records. A policy owns only how
+to read a poll (its signal and the growth it allows) and when to trim or cut. So a policy never
+sees a pin, a stale engine or a drain: the controller asks it only when acting is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar, Protocol
+
+from workers.core.decisions import Cause, DecisionKind, Signal
+from workers.core.polls import PollSummary
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A policy's reading of one poll."""
+
+    signal: Signal
+    cause: Cause
+    growth: float  # cap multiplier one full turnover of the pool may earn; 1.0 forbids growth
+    figures: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if self.growth < 1.0:
+            raise ValueError(f"growth multiplier must be >= 1.0, got {self.growth}")
+        if self.signal is not Signal.CLEAR and self.growth != 1.0:
+            raise ValueError(f"only a clear reading may allow growth, got {self.signal}")
+        if not isinstance(self.figures, MappingProxyType):
+            object.__setattr__(self, "figures", MappingProxyType(dict(self.figures)))
+
+    @property
+    def hard(self) -> bool:
+        return self.signal is Signal.HARD
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """What the controller tells a policy about the pool when it asks for a proposal."""
+
+    level: float  # the policy's cap, unrounded; growth accumulates here
+    inflight: int  # episodes holding a permit (pool units, idle multi-turn episodes included)
+    polls_since_release: int | None  # polls since the last drain release; None if never
+    turnover: float  # completions / pool size, summed: how many times the pool was replaced
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A reduction the policy asks for; the controller never lets it raise the cap."""
+
+    kind: DecisionKind  # TRIM or CUT
+    level: float  # the new cap, unrounded
+    shed: bool  # cancel the in-flight episodes above the new cap
+    cause: Cause
+    detail: str  # how the level was computed, for the reason text
+
+    def __post_init__(self) -> None:
+        if self.kind not in (DecisionKind.TRIM, DecisionKind.CUT):
+            raise ValueError(f"a policy proposes trim or cut, not {self.kind}")
+        if self.level < 0:
+            raise ValueError(f"a proposed level must be >= 0, got {self.level}")
+
+
+class Policy(Protocol):
+    """One way of sizing the cap. Stateful, deterministic, free of I/O."""
+
+    name: ClassVar[str]
+
+    def read(self, poll: PollSummary, pool: PoolView) -> Reading:
+        """Read one usable poll (never a blind one); called on every such poll, draining or not."""
+        ...
+
+    def propose(self, reading: Reading, pool: PoolView) -> Proposal | None:
+        """A trim or a cut for this poll, asked only when the controller may act on one."""
+        ...
+
+    def to_json(self) -> dict[str, Any]:
+        """The state worth keeping across a worker restart."""
+        ...
+
+    def load_json(self, data: Mapping[str, Any]) -> None:
+        """Take back what ``to_json`` gave; malformed data raises ValueError."""
+        ...

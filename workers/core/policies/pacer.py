@@ -1,0 +1,294 @@
+"""Pacer's own policy: reach the knee fast, stop before the cliff, probe without oscillating."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from workers.core.decisions import Cause, DecisionKind, Signal
+from workers.core.policies.base import PoolView, Proposal, Reading
+from workers.core.policies.probe import ThroughputProbe
+from workers.core.policies.signals import Overload, OverloadTracker, overload_figures
+from workers.core.polls import PollSummary
+from workers.core.validation import check_range
+
+
+@dataclass(frozen=True, slots=True)
+class PacerConfig:
+    """Thresholds of the pacer policy, with the reasoning behind each default."""
+
+    cruise_kv_usage: float = 0.8  # slow start ends here (the reference trims at 0.8)
+    target_kv_usage: float = 0.88  # growth tapers to nothing here; hold up to the trim line
+    max_growth: float = 2.0  # slow start: x2 per turnover at idle KV, as TCP doubles per RTT
+    probe_growth: float = 1.05  # above cruise or near a known knee: +5 % per turnover
+    trim_kv_usage: float = 0.92  # trim above this; vLLM preempts only as KV nears 1.0...
+    trim_polls: int = 2  # ...on 2 polls in a row: one poll's KV swings with episode lengths
+    shed_kv_usage: float = 0.97  # cancel only this close to exhaustion: cancelled work is lost
+    trim_hysteresis_polls: int = 3  # half the reference's 6: pacer's trims are smaller
+    queue_ratio: float = 0.5  # reference: capacity queue above 0.5 x running is overload...
+    queue_polls: int = 3  # ...after 3 polls, not 6: a queue that persists 15 s already costs
+    preemption_factor: float = 0.85  # pressure was seen early, so the overshoot is smaller
+    queue_factor: float = 0.9  # reference value
+    escalated_factor: float = 0.6  # milder than the reference's 0.5: the knee memory holds
+    escalation_polls: int = 6  # reference value
+    knee_margin: float = 0.9  # within 10 % of the last cut's pool, grow at probe speed only
+    knee_memory_turnovers: float = 20.0  # forget the knee after this many clean turnovers
+    hit_drop: float = 0.8  # prefix-hit rate below 0.8 x its clear baseline...
+    hit_min_kv_usage: float = 0.5  # ...with KV above 0.5 means idle contexts are evicted
+    hit_baseline_weight: float = 0.2  # EWMA weight of a clear poll in the hit-rate baseline
+    eviction_factor: float = 0.9  # an eviction trim takes 10 % off the pool, nothing shed
+    probe_step: float = 0.1  # compare throughput once the pool grew 10 % over the anchor
+    flat_gain: float = 0.3  # under 0.3 x the pool's relative rise, throughput is flat
+    hold_turnovers: float = 2.0  # after a flat probe, hold this many turnovers
+
+    def __post_init__(self) -> None:
+        for name in ("cruise_kv_usage", "trim_kv_usage", "shed_kv_usage", "hit_min_kv_usage"):
+            check_range(name, getattr(self, name), 0.01, 1.0)
+        check_range("target_kv_usage", self.target_kv_usage, self.cruise_kv_usage, 1.0)
+        check_range("trim_kv_usage", self.trim_kv_usage, self.target_kv_usage, 1.0)
+        check_range("shed_kv_usage", self.shed_kv_usage, self.trim_kv_usage, 1.0)
+        check_range("max_growth", self.max_growth, 1.0, 4.0)
+        check_range("probe_growth", self.probe_growth, 1.0, self.max_growth)
+        for name in ("preemption_factor", "queue_factor", "escalated_factor", "knee_margin"):
+            check_range(name, getattr(self, name), 0.01, 1.0)
+        for name in ("hit_drop", "hit_baseline_weight", "eviction_factor", "flat_gain"):
+            check_range(name, getattr(self, name), 0.01, 1.0)
+        check_range("queue_ratio", self.queue_ratio, 0.0, 100.0)
+        for name in ("queue_polls", "trim_polls", "trim_hysteresis_polls", "escalation_polls"):
+            check_range(name, getattr(self, name), 1, 1000)
+        check_range("knee_memory_turnovers", self.knee_memory_turnovers, 1.0, 1e6)
+        check_range("probe_step", self.probe_step, 0.01, 10.0)
+        check_range("hold_turnovers", self.hold_turnovers, 0.0, 1000.0)
+
+
+class PacerPolicy:
+    """Measured growth with early brakes, a dead band, and a memory of where the cliff was.
+
+    Reading, worst wins:
+
+    - HARD: a preemption, or the capacity queue above ``queue_ratio`` x running for
+      ``queue_polls`` polls. Cut to ``preemption_factor`` (``queue_factor``) x inflight, shed the
+      excess, and remember the pool size as the knee.
+    - SOFT with a trim: KV above ``trim_kv_usage`` for ``trim_polls`` polls, or above
+      ``shed_kv_usage`` once (cap = inflight x target / usage, the excess shed in the latter
+      case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear
+      baseline while KV is above ``hit_min_kv_usage``: idle multi-turn contexts are being
+      evicted, the first step of the cliff (cap = ``eviction_factor`` x inflight, nothing shed;
+      the baseline is then relearned, so a workload whose hit rate fell for good costs one trim).
+    - SOFT, hold: KV between ``target_kv_usage`` and the trim line (the dead band); the capacity
+      queue growing from one poll to the next; an engine waiting on two polls in a row; or a
+      throughput probe that found the engines saturated.
+    - CLEAR, growth per turnover: below ``cruise_kv_usage``, slow start,
+      1 + (max_growth - 1) x (cruise - kv) / cruise, at least ``probe_growth``; from cruise to
+      target, ``probe_growth`` tapering linearly to 1.0, so the cap settles into the dead band
+      instead of crossing the trim line; never more than ``probe_growth`` within ``knee_margin``
+      of a remembered knee; nothing while any request waits for capacity.
+
+    Why it should beat the reference: it ramps at up to x2 per turnover instead of x1.25 (a
+    pessimistic start costs a few turnovers, not dozens); it runs KV up to ~0.88 instead of
+    holding at the reference's 0.6 soft line, which is closer to the best fixed cap when KV is
+    the limit; the dead band between growth's end and the trim line removes the grow-trim
+    sawtooth; it brakes on signals that come before preemptions (queue rising, prefix
+    evictions, saturation), so cuts are rare; and after a cut it creeps back to the old knee at
+    probe speed instead of overshooting it again.
+    """
+
+    name: ClassVar[str] = "pacer"
+
+    def __init__(self, config: PacerConfig | None = None) -> None:
+        self.config = cfg = config or PacerConfig()
+        self._overload = OverloadTracker(queue_ratio=cfg.queue_ratio, queue_polls=cfg.queue_polls)
+        self._probe = ThroughputProbe(step=cfg.probe_step, flat_gain=cfg.flat_gain)
+        self._queue_before = 0
+        self._kv_streak = 0
+        self._hit_baseline: float | None = None
+        self._knee: float | None = None
+        self._knee_turnover = 0.0
+        self._hold_until: float | None = None
+        self._polls_since_trim: int | None = None
+        self._last: tuple[Overload, PollSummary, Cause] | None = None
+
+    def read(self, poll: PollSummary, pool: PoolView) -> Reading:
+        cfg = self.config
+        overload = self._overload.update(poll)
+        if self._probe.observe(poll, pool.inflight, pool.turnover):
+            self._hold_until = pool.turnover + cfg.hold_turnovers
+        if self._polls_since_trim is not None:
+            self._polls_since_trim += 1
+        if (
+            self._knee is not None
+            and pool.turnover - self._knee_turnover > cfg.knee_memory_turnovers
+        ):
+            self._knee = None
+        self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
+        queue_rising = 0 < self._queue_before < poll.waiting_capacity
+        self._queue_before = poll.waiting_capacity
+        signal, cause = self._classify(overload, poll, queue_rising, pool)
+        self._last = (overload, poll, cause)
+        growth = 1.0
+        if signal is Signal.CLEAR:
+            self._learn_hit_rate(poll)
+            if poll.waiting_capacity == 0:
+                growth = self._growth(poll.max_kv_usage, pool.level)
+        figures = overload_figures(overload, poll)
+        figures.update(self._figures(poll))
+        return Reading(signal, cause, growth, figures)
+
+    def propose(self, reading: Reading, pool: PoolView) -> Proposal | None:
+        if self._last is None:
+            return None
+        overload, poll, cause = self._last
+        if overload.hard:
+            return self._cut(overload, pool)
+        if cause is Cause.KV_PRESSURE or cause is Cause.PREFIX_EVICTION:
+            return self._trim(cause, poll, pool)
+        return None
+
+    def _classify(
+        self, overload: Overload, poll: PollSummary, queue_rising: bool, pool: PoolView
+    ) -> tuple[Signal, Cause]:
+        cfg = self.config
+        if overload.hard:
+            return Signal.HARD, overload.hard_cause
+        if poll.max_kv_usage > cfg.shed_kv_usage or self._kv_streak >= cfg.trim_polls:
+            return Signal.SOFT, Cause.KV_PRESSURE
+        if self._evicting(poll):
+            return Signal.SOFT, Cause.PREFIX_EVICTION
+        if poll.max_kv_usage >= cfg.target_kv_usage:
+            return Signal.SOFT, Cause.KV_HIGH
+        if queue_rising:
+            return Signal.SOFT, Cause.QUEUE_RISING
+        if overload.waiting_twice:
+            return Signal.SOFT, Cause.WAITING
+        if self._hold_until is not None and pool.turnover < self._hold_until:
+            return Signal.SOFT, Cause.THROUGHPUT_FLAT
+        return Signal.CLEAR, Cause.CLEAR
+
+    def _evicting(self, poll: PollSummary) -> bool:
+        hit, baseline = poll.prefix_hit_rate, self._hit_baseline
+        return (
+            hit is not None
+            and baseline is not None
+            and poll.max_kv_usage > self.config.hit_min_kv_usage
+            and hit < self.config.hit_drop * baseline
+        )
+
+    def _learn_hit_rate(self, poll: PollSummary) -> None:
+        hit = poll.prefix_hit_rate
+        if hit is None:
+            return
+        if self._hit_baseline is None:
+            self._hit_baseline = hit
+        else:
+            weight = self.config.hit_baseline_weight
+            self._hit_baseline += weight * (hit - self._hit_baseline)
+
+    def _growth(self, kv_usage: float, level: float) -> float:
+        cfg = self.config
+        if kv_usage < cfg.cruise_kv_usage:
+            headroom = (cfg.cruise_kv_usage - kv_usage) / cfg.cruise_kv_usage
+            growth = max(cfg.probe_growth, 1.0 + (cfg.max_growth - 1.0) * headroom)
+        else:
+            band = cfg.target_kv_usage - cfg.cruise_kv_usage
+            headroom = (cfg.target_kv_usage - kv_usage) / band if band > 0 else 0.0
+            growth = 1.0 + (cfg.probe_growth - 1.0) * headroom
+        if self._knee is not None and level >= cfg.knee_margin * self._knee:
+            growth = min(growth, cfg.probe_growth)
+        return growth
+
+    def _cut(self, overload: Overload, pool: PoolView) -> Proposal:
+        cfg = self.config
+        escalated = (
+            pool.polls_since_release is not None
+            and pool.polls_since_release <= cfg.escalation_polls
+        )
+        if escalated:
+            factor = cfg.escalated_factor
+        elif overload.preempted:
+            factor = cfg.preemption_factor
+        else:
+            factor = cfg.queue_factor
+        self._overload.forget_queue()
+        self._knee = float(pool.inflight)
+        self._knee_turnover = pool.turnover
+        detail = f"inflight {pool.inflight} x {factor}" + (" (escalated)" if escalated else "")
+        return Proposal(DecisionKind.CUT, factor * pool.inflight, True, overload.hard_cause, detail)
+
+    def _trim(self, cause: Cause, poll: PollSummary, pool: PoolView) -> Proposal | None:
+        cfg = self.config
+        rested = (
+            self._polls_since_trim is None or self._polls_since_trim >= cfg.trim_hysteresis_polls
+        )
+        if not rested:
+            return None
+        usage = poll.max_kv_usage
+        if cause is Cause.KV_PRESSURE:
+            level = pool.inflight * cfg.target_kv_usage / usage
+            shed = usage > cfg.shed_kv_usage
+            detail = f"inflight {pool.inflight} x {cfg.target_kv_usage} / kv {usage:.3f}"
+        else:
+            level = pool.inflight * cfg.eviction_factor
+            shed = False
+            detail = (
+                f"inflight {pool.inflight} x {cfg.eviction_factor}, prefix hit "
+                f"{poll.prefix_hit_rate:.3f} vs baseline {self._hit_baseline:.3f}"
+            )
+        if level >= pool.level:
+            return None
+        if cause is Cause.PREFIX_EVICTION:
+            # Relearn the baseline: a workload whose hit rate dropped for good (new prompts,
+            # less sharing) must cost at most one trim, not a trim every few polls.
+            self._hit_baseline = None
+        self._polls_since_trim = 0
+        return Proposal(DecisionKind.TRIM, level, shed, cause, detail)
+
+    def _figures(self, poll: PollSummary) -> dict[str, float]:
+        figures: dict[str, float] = {}
+        hit = poll.prefix_hit_rate
+        if hit is not None:
+            figures["prefix_hit_rate"] = hit
+        if self._hit_baseline is not None:
+            figures["prefix_hit_baseline"] = self._hit_baseline
+        if self._knee is not None:
+            figures["knee"] = self._knee
+        anchor = self._probe.anchor
+        if anchor is not None:
+            figures["probe_inflight"] = anchor.inflight
+            figures["probe_rate"] = anchor.rate
+        return figures
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "overload": self._overload.to_json(),
+            "probe": self._probe.to_json(),
+            "queue_before": self._queue_before,
+            "kv_streak": self._kv_streak,
+            "hit_baseline": self._hit_baseline,
+            "knee": self._knee,
+            "knee_turnover": self._knee_turnover,
+            "hold_until": self._hold_until,
+            "polls_since_trim": self._polls_since_trim,
+        }
+
+    def load_json(self, data: Mapping[str, Any]) -> None:
+        self._overload.load_json(data["overload"])
+        self._probe.load_json(data["probe"])
+        self._queue_before = int(data["queue_before"])
+        self._kv_streak = int(data["kv_streak"])
+        self._hit_baseline = _optional_float(data["hit_baseline"])
+        self._knee = _optional_float(data["knee"])
+        self._knee_turnover = float(data["knee_turnover"])
+        self._hold_until = _optional_float(data["hold_until"])
+        since = data["polls_since_trim"]
+        self._polls_since_trim = None if since is None else int(since)
+
+
+def _optional_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return number

@@ -1,0 +1,90 @@
+"""Throughput probing: does a larger pool still buy more generated tokens?
+
+Throughput is measured per turnover epoch (one full replacement of the pool): the tokens
+generated over the epoch divided by its duration, against the mean in-flight count over it.
+An epoch that ran a pool at least ``step`` larger than the anchor epoch is compared with it; when
+throughput rose by less than ``flat_gain`` of the pool's rise, the engines are saturated and
+a larger pool only adds latency, off-policy lag and eviction risk. Whole epochs, not polls,
+because a poll's token count swings with the phase of long episodes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workers.core.polls import PollSummary
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRate:
+    """One finished epoch: how big the pool was and what it produced."""
+
+    inflight: float  # mean in-flight count over the epoch's polls
+    rate: float  # generated tokens per second over the epoch
+
+
+class ThroughputProbe:
+    """Closes an epoch at every whole turnover and says whether the last probe paid."""
+
+    def __init__(self, *, step: float, flat_gain: float) -> None:
+        self._step = step
+        self._flat_gain = flat_gain
+        self._index: int | None = None
+        self._since = 0.0
+        self._tokens = 0
+        self._inflight_sum = 0.0
+        self._polls = 0
+        self._anchor: EpochRate | None = None
+
+    @property
+    def anchor(self) -> EpochRate | None:
+        return self._anchor
+
+    def observe(self, poll: PollSummary, inflight: int, turnover: float) -> bool:
+        """Add one poll; True when the epoch it closes shows a flat response to a larger pool."""
+        index = math.floor(turnover)
+        if self._index is None:
+            self._start(index, poll.at)
+            return False
+        self._tokens += poll.generation_tokens
+        self._inflight_sum += inflight
+        self._polls += 1
+        if index <= self._index:
+            return False
+        elapsed = poll.at - self._since
+        epoch = None
+        if elapsed > 0 and self._polls > 0:
+            epoch = EpochRate(self._inflight_sum / self._polls, self._tokens / elapsed)
+        self._start(index, poll.at)
+        return epoch is not None and self._judge(epoch)
+
+    def _judge(self, epoch: EpochRate) -> bool:
+        anchor = self._anchor
+        if anchor is None or epoch.inflight < anchor.inflight or anchor.rate <= 0:
+            self._anchor = epoch
+            return False
+        pool_gain = epoch.inflight / anchor.inflight - 1.0
+        if pool_gain < self._step:
+            return False
+        self._anchor = epoch
+        return epoch.rate / anchor.rate - 1.0 < self._flat_gain * pool_gain
+
+    def _start(self, index: int, at: float) -> None:
+        self._index = index
+        self._since = at
+        self._tokens = 0
+        self._inflight_sum = 0.0
+        self._polls = 0
+
+    def to_json(self) -> dict[str, Any]:
+        anchor = self._anchor
+        return {"anchor": None if anchor is None else [anchor.inflight, anchor.rate]}
+
+    def load_json(self, data: Mapping[str, Any]) -> None:
+        """Keep the anchor only: the epoch in progress was measured on another clock."""
+        anchor = data["anchor"]
+        self._anchor = None if anchor is None else EpochRate(float(anchor[0]), float(anchor[1]))
+        self._index = None
