@@ -1,0 +1,193 @@
+"""The engine monitor: one ``poll()`` scrapes every engine at once and returns load samples.
+
+Each endpoint is scraped in its own task under the client's per-scrape time limit, so a slow
+or failing engine costs at most that limit and never holds back the others' numbers (F10).
+Its failure is recorded (health STALE, then DOWN) and it is retried with backoff. The numbers
+are turned into samples by the pure modules beside this one; this module only sequences I/O
+and keeps what the next poll needs: the previous readings, the last good samples, each
+endpoint's status and its ``max_model_len``, fetched until it succeeds and then cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from inference.metrics import health
+from inference.metrics.client import MetricsClient
+from inference.metrics.deltas import ReadingDelta, reading_delta
+from inference.metrics.endpoints import EngineSpec
+from inference.metrics.errors import ScrapeError
+from inference.metrics.health import EndpointStatus, HealthConfig
+from inference.metrics.parse import parse_exposition
+from inference.metrics.readings import EngineReading
+from inference.metrics.sampling import load_sample, stale_sample, unreached_sample
+from inference.metrics.stats import DashboardStats, engine_stats, pool_stats
+from inference.metrics.warnings import MonitorWarning, WarningConfig, WarningTracker
+from workers.core.samples import LoadSample
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorConfig:
+    health: HealthConfig = field(default_factory=HealthConfig)
+    warnings: WarningConfig = field(default_factory=WarningConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """Everything one poll learned."""
+
+    at: float  # clock seconds when the poll began
+    samples: tuple[LoadSample, ...]  # one per engine known so far, fresh or not
+    endpoints: tuple[EndpointStatus, ...]  # one per configured endpoint, in config order
+    stats: tuple[DashboardStats, ...]  # one per engine scraped this poll, then the pool
+    warnings: tuple[MonitorWarning, ...]
+
+
+@dataclass(slots=True)
+class _Memory:
+    """What the monitor keeps about one endpoint between polls."""
+
+    status: EndpointStatus
+    max_model_len: int | None = None
+    refetch_models: bool = True  # until read once, and again after a restart
+    readings: dict[str, tuple[EngineReading, float]] = field(default_factory=dict)
+    samples: dict[str, LoadSample] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """One endpoint's scrape: readings or the error, and the models answer if it was asked."""
+
+    scraped_at: float
+    readings: dict[str, EngineReading] | None  # None when the scrape failed
+    error: str = ""  # why it failed
+    max_model_len: int | None = None
+    models_error: str | None = None
+
+
+class EngineMonitor:
+    def __init__(
+        self,
+        specs: Sequence[EngineSpec],
+        client: MetricsClient,
+        clock: Clock,
+        config: MonitorConfig | None = None,
+    ) -> None:
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"engine names must be unique, got {names}")
+        self._specs = tuple(specs)
+        self._client = client
+        self._clock = clock
+        self._config = config or MonitorConfig()
+        self._memory = {spec.name: _Memory(health.unseen(spec.name)) for spec in specs}
+        self._warnings = WarningTracker(self._config.warnings)
+
+    async def poll(self) -> PollResult:
+        now = self._clock()
+        due = [spec for spec in self._specs if self._memory[spec.name].status.due]
+        outcomes = dict(
+            zip(
+                (spec.name for spec in due),
+                await asyncio.gather(*(self._scrape(spec) for spec in due)),
+                strict=True,
+            )
+        )
+        samples: list[LoadSample] = []
+        stats: list[DashboardStats] = []
+        deltas: list[ReadingDelta] = []
+        for spec in self._specs:
+            outcome = outcomes.get(spec.name)
+            if outcome is not None and outcome.readings is not None:
+                samples += self._fresh(spec, outcome, outcome.readings, stats, deltas)
+            else:
+                samples += self._stale(spec, outcome, now)
+        if deltas:
+            stats.append(pool_stats(deltas))
+        return PollResult(
+            now,
+            tuple(samples),
+            tuple(self._memory[spec.name].status for spec in self._specs),
+            tuple(stats),
+            self._warnings.observe(samples, now),
+        )
+
+    async def _scrape(self, spec: EngineSpec) -> _Outcome:
+        if not self._memory[spec.name].refetch_models:
+            return await self._metrics(spec)
+        metrics, models = await asyncio.gather(self._metrics(spec), self._models(spec))
+        if isinstance(models, int):
+            return replace(metrics, max_model_len=models)
+        return replace(metrics, models_error=models)
+
+    async def _metrics(self, spec: EngineSpec) -> _Outcome:
+        try:
+            text = await self._client.metrics_text(spec.base_url)
+            readings = parse_exposition(text, spec.name)
+        except ScrapeError as exc:
+            return _Outcome(self._clock(), None, f"{type(exc).__name__}: {exc}")
+        return _Outcome(self._clock(), readings)
+
+    async def _models(self, spec: EngineSpec) -> int | str:
+        """The engine's max_model_len, or the text of why it could not be read."""
+        try:
+            return await self._client.max_model_len(spec.base_url)
+        except ScrapeError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    def _fresh(
+        self,
+        spec: EngineSpec,
+        outcome: _Outcome,
+        readings: dict[str, EngineReading],
+        stats: list[DashboardStats],
+        deltas: list[ReadingDelta],
+    ) -> list[LoadSample]:
+        memory = self._remember_models(spec, outcome)
+        memory.status = health.succeeded(memory.status, outcome.scraped_at)
+        at = outcome.scraped_at
+        samples = {}
+        for engine_id, reading in readings.items():
+            previous, previous_at = memory.readings.get(engine_id, (None, None))
+            elapsed = None if previous_at is None else at - previous_at
+            delta = reading_delta(previous, reading, elapsed, self._config.health.down_after_s)
+            sample = load_sample(engine_id, spec, at, reading, delta, memory.max_model_len)
+            samples[engine_id] = sample
+            stats.append(engine_stats(engine_id, delta))
+            deltas.append(delta)
+            if delta.restarted:
+                memory.refetch_models = True  # a relaunched engine may serve another length
+        memory.readings = {engine_id: (r, at) for engine_id, r in readings.items()}
+        memory.samples = samples
+        return list(samples.values())
+
+    def _stale(self, spec: EngineSpec, outcome: _Outcome | None, now: float) -> list[LoadSample]:
+        """Samples of an engine without fresh numbers: its last gauges, zero deltas."""
+        memory = self._memory[spec.name]
+        if outcome is None:
+            memory.status = health.skipped(memory.status, now, self._config.health)
+        else:
+            memory = self._remember_models(spec, outcome)
+            memory.status = health.failed(
+                memory.status, outcome.scraped_at, outcome.error, self._config.health
+            )
+        state = memory.status.health
+        if not memory.samples:
+            return [unreached_sample(spec, now, state, memory.max_model_len)]
+        return [
+            stale_sample(sample, state, memory.max_model_len) for sample in memory.samples.values()
+        ]
+
+    def _remember_models(self, spec: EngineSpec, outcome: _Outcome) -> _Memory:
+        memory = self._memory[spec.name]
+        if outcome.max_model_len is not None:
+            memory.max_model_len = outcome.max_model_len
+            memory.refetch_models = False
+            memory.status = replace(memory.status, models_error=None)
+        elif outcome.models_error is not None:
+            memory.status = replace(memory.status, models_error=outcome.models_error)
+        return memory

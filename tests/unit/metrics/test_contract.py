@@ -1,0 +1,149 @@
+"""Contract tests (F11): recorded vLLM expositions and hand-made older-name variants parse into
+the numbers they hold. Values asserted here were read off the fixture texts by eye.
+
+vllm-0.32.0-cpu-*.txt were recorded from a real vLLM 0.32.0 CPU engine with 16 KV blocks of
+128 tokens (``--num-gpu-blocks-override 16``): first idle, then under a load that preempted.
+variant-*.txt are derived from the pressure text by hand; their header comments say how.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from inference.metrics.client import MetricsClient
+from inference.metrics.endpoints import EngineSpec
+from inference.metrics.monitor import EngineMonitor
+from inference.metrics.names import Series
+from inference.metrics.parse import parse_exposition
+from inference.metrics.readings import Counters
+from inference.metrics.stats import POOL
+from tests.unit.metrics.conftest import Route, TinyServer
+from workers.core.samples import EngineHealth, EngineRole, LoadSample
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
+IDLE = FIXTURES / "vllm-0.32.0-cpu-idle.txt"
+PRESSURE = FIXTURES / "vllm-0.32.0-cpu-pressure.txt"
+LEGACY = FIXTURES / "variant-legacy-names.txt"
+DATA_PARALLEL = FIXTURES / "variant-data-parallel.txt"
+PRESSURE_COUNTERS = Counters(
+    preemptions=3,
+    prefix_cache_hits=3072,
+    prefix_cache_queries=3900,
+    prompt_tokens=3900,
+    generation_tokens=3244,
+)
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.txt")), ids=lambda p: p.name)
+def test_every_fixture_parses_with_a_capacity(path: Path) -> None:
+    readings = parse_exposition(path.read_text(), "e")
+    assert readings
+    assert all(r.kv_capacity_tokens for r in readings.values())
+
+
+def test_idle_engine_reads_empty_with_its_capacity() -> None:
+    (reading,) = parse_exposition(IDLE.read_text(), "cpu").values()
+    assert (reading.num_running, reading.num_waiting, reading.kv_usage) == (0, 0, 0.0)
+    assert (reading.num_waiting_capacity, reading.num_waiting_deferred) == (0, 0)
+    assert reading.kv_capacity_tokens == 16 * 128
+    assert reading.counters == Counters()
+    assert reading.histograms[Series.TIME_TO_FIRST_TOKEN].count == 0
+
+
+def test_pressure_engine_reads_its_queue_usage_and_counters() -> None:
+    readings = parse_exposition(PRESSURE.read_text(), "cpu")
+    reading = readings["cpu"]
+    assert (reading.num_running, reading.num_waiting) == (3, 13)
+    assert (reading.num_waiting_capacity, reading.num_waiting_deferred) == (13, 0)
+    assert reading.kv_usage == 0.9333333333333333
+    assert reading.kv_capacity_tokens == 2048
+    assert reading.counters == PRESSURE_COUNTERS
+    assert reading.histograms[Series.TIME_TO_FIRST_TOKEN].count == 13
+    assert reading.histograms[Series.E2E_LATENCY].count == 2
+    assert reading.histograms[Series.QUEUE_TIME].count == 2
+
+
+def test_legacy_names_read_the_same_numbers_without_a_reason_breakdown() -> None:
+    (reading,) = parse_exposition(LEGACY.read_text(), "old").values()
+    assert (reading.num_running, reading.num_waiting, reading.kv_usage) == (
+        3,
+        13,
+        0.9333333333333333,
+    )
+    assert reading.num_waiting_capacity is None
+    assert reading.counters == PRESSURE_COUNTERS
+    # No token size: the override's 16 blocks x 128, not num_gpu_blocks' 64 x 128.
+    assert reading.kv_capacity_tokens == 2048
+
+
+def test_data_parallel_ranks_read_apart() -> None:
+    readings = parse_exposition(DATA_PARALLEL.read_text(), "dp")
+    assert sorted(readings) == ["dp/0", "dp/1"]
+    rank0, rank1 = readings["dp/0"], readings["dp/1"]
+    assert (rank0.num_running, rank0.num_waiting_capacity, rank0.kv_usage) == (
+        3,
+        13,
+        0.9333333333333333,
+    )
+    assert (rank1.num_running, rank1.num_waiting_capacity, rank1.kv_usage) == (5, 0, 0.4)
+    assert rank0.counters == PRESSURE_COUNTERS
+    assert rank1.counters == Counters(0, 100, 400, 3900, 1000)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_monitor_over_http_turns_idle_then_pressure_into_one_sample(
+    tiny_server: TinyServer,
+) -> None:
+    """The recorded pair is one engine's history: idle, then loaded. Read it as two polls."""
+    models = {"data": [{"id": "pacer-tiny", "max_model_len": 1024}]}
+    tiny_server.routes["/v1/models"] = Route(body=json.dumps(models).encode())
+    tiny_server.routes["/metrics"] = Route(body=IDLE.read_bytes())
+    clock = Clock()
+    spec = EngineSpec("cpu-0", tiny_server.url, EngineRole.DECODE)
+    async with MetricsClient(httpx.AsyncClient()) as client:
+        monitor = EngineMonitor([spec], client, clock)
+        await monitor.poll()
+        tiny_server.routes["/metrics"] = Route(body=PRESSURE.read_bytes())
+        clock.now = 5.0
+        result = await monitor.poll()
+    assert result.samples == (
+        LoadSample(
+            engine_id="cpu-0",
+            role=EngineRole.DECODE,
+            scraped_at=5.0,
+            health=EngineHealth.UP,
+            kv_capacity_tokens=2048,
+            max_model_len=1024,
+            kv_usage=0.9333333333333333,
+            num_running=3,
+            num_waiting=13,
+            num_waiting_capacity=13,
+            num_preemptions=3,
+            prefix_cache_hits=3072,
+            prefix_cache_queries=3900,
+            generation_tokens=3244,
+        ),
+    )
+    stats = {s.scope: s for s in result.stats}
+    assert stats[POOL].prefix_cache_hit_rate == pytest.approx(3072 / 3900)
+    assert stats["cpu-0"].generation_tokens_per_s == pytest.approx(3244 / 5.0)
+    ttft = stats["cpu-0"].latency[Series.TIME_TO_FIRST_TOKEN]
+    # 11 first tokens within (0.04, 0.06] s and 2 within (0.06, 0.08] s.
+    assert (ttft.count, ttft.p50, ttft.p90) == (
+        13,
+        pytest.approx(0.04 + 0.02 * 6.5 / 11),
+        pytest.approx(0.067),
+    )
+    e2e = stats["cpu-0"].latency[Series.E2E_LATENCY]
+    assert (e2e.count, e2e.p50) == (2, pytest.approx(1.75))  # both within (1.5, 2.0] s

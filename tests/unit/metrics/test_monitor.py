@@ -1,0 +1,296 @@
+"""The monitor's poll: concurrency (F10), health, backoff, deltas, max_model_len, warnings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections import Counter
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from inference.metrics.client import MetricsClient, ScrapeConfig
+from inference.metrics.endpoints import EngineSpec
+from inference.metrics.health import HealthConfig
+from inference.metrics.monitor import EngineMonitor, MonitorConfig, PollResult
+from inference.metrics.stats import POOL
+from inference.metrics.warnings import WarningKind
+from tests.unit.metrics.conftest import Route, TinyServer
+from tests.unit.metrics.texts import exposition
+from workers.core.samples import EngineHealth, EngineRole, LoadSample
+
+Answer = Callable[[], httpx.Response]
+MODELS = json.dumps({"data": [{"id": "m", "max_model_len": 4096}]})
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Engines:
+    """Answers per host and path; counts requests; a host may hang or raise."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, Answer] = {}
+        self.models: dict[str, Answer] = {}
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self.release = asyncio.Event()
+
+    def serve(self, host: str, text: str) -> None:
+        self.metrics[host] = lambda: httpx.Response(200, text=text)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        host, path = request.url.host, request.url.path
+        self.requests[host, path] += 1
+        table = self.metrics if path == "/metrics" else self.models
+        answer = table.get(host, lambda: httpx.Response(200, text=MODELS))
+        response = answer()
+        if response.status_code == 599:  # stands for "never answers"
+            await self.release.wait()
+        return response
+
+
+def refuse() -> httpx.Response:
+    raise httpx.ConnectError("connection refused")
+
+
+def build(
+    engines: Engines,
+    specs: list[EngineSpec],
+    clock: FakeClock,
+    scrape: ScrapeConfig | None = None,
+    health: HealthConfig | None = None,
+) -> tuple[MetricsClient, EngineMonitor]:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(engines.handle))
+    client = MetricsClient(http, scrape or ScrapeConfig(total_s=0.2))
+    return client, EngineMonitor(
+        specs, client, clock, MonitorConfig(health=health or HealthConfig())
+    )
+
+
+def spec(name: str, role: EngineRole = EngineRole.UNIFIED) -> EngineSpec:
+    return EngineSpec(name, f"http://{name}:8000", role)
+
+
+def by_id(result: PollResult) -> dict[str, LoadSample]:
+    return {s.engine_id: s for s in result.samples}
+
+
+async def test_samples_carry_configured_roles_gauges_and_deltas_between_polls() -> None:
+    engines, clock = Engines(), FakeClock()
+    engines.serve("p", exposition(running=1, generated=100))
+    engines.serve("d", exposition(running=5, preemptions=2, generated=1000))
+    client, monitor = build(
+        engines, [spec("p", EngineRole.PREFILL), spec("d", EngineRole.DECODE)], clock
+    )
+    async with client:
+        first = await monitor.poll()
+        clock.now += 5.0
+        engines.serve("d", exposition(running=6, preemptions=5, generated=1500))
+        second = await monitor.poll()
+    d0, d1 = by_id(first)["d"], by_id(second)["d"]
+    assert (d0.role, d0.health, d0.num_running, d0.max_model_len) == (
+        EngineRole.DECODE,
+        EngineHealth.UP,
+        5,
+        4096,
+    )
+    assert (d0.num_preemptions, d0.generation_tokens) == (0, 0)
+    assert (d1.num_preemptions, d1.generation_tokens, d1.scraped_at) == (3, 500, clock.now)
+    assert by_id(second)["p"].role is EngineRole.PREFILL
+    stats = {s.scope: s for s in second.stats}
+    assert stats["d"].generation_tokens_per_s == 100.0
+    assert stats[POOL].generation_tokens_per_s == 100.0
+    assert [e.health for e in second.endpoints] == [EngineHealth.UP, EngineHealth.UP]
+
+
+async def test_a_hanging_engine_costs_its_own_timeout_and_the_others_still_report() -> None:
+    engines, clock = Engines(), FakeClock()
+    engines.serve("good", exposition(running=4))
+    engines.serve("slow", exposition(running=9))
+    client, monitor = build(engines, [spec("slow"), spec("good")], clock)
+    async with client:
+        await monitor.poll()
+        engines.metrics["slow"] = lambda: httpx.Response(599)
+        engines.serve("good", exposition(running=5))
+        clock.now += 5.0
+        result = await monitor.poll()
+    samples = by_id(result)
+    assert (samples["good"].health, samples["good"].num_running) == (EngineHealth.UP, 5)
+    assert (samples["slow"].health, samples["slow"].num_running) == (EngineHealth.STALE, 9)
+    slow_status = result.endpoints[0]
+    assert slow_status.error is not None
+    assert "ScrapeTimeout" in slow_status.error
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (lambda: httpx.Response(200, text="<!DOCTYPE html><html>oops</html>"), "an HTML page"),
+        (lambda: httpx.Response(200, text=""), "empty body"),
+        (
+            lambda: httpx.Response(200, text='vllm:num_requests_running{engine="0" 1'),
+            "not Prometheus",
+        ),
+        (lambda: httpx.Response(200, text=exposition(usage="NaN")), "not finite"),
+        (lambda: httpx.Response(200, text=exposition(usage="-Inf")), "not finite"),
+        (lambda: httpx.Response(200, content=b"#" * 20_000), "ScrapeTooLarge"),
+        (lambda: httpx.Response(500, text="Internal Server Error"), "HTTP 500"),
+        (refuse, "ScrapeConnectionError"),
+    ],
+)
+async def test_bad_input_fails_that_engine_with_a_clear_error_and_others_flow(
+    answer: Answer, error: str
+) -> None:
+    engines, clock = Engines(), FakeClock()
+    engines.serve("good", exposition(running=3))
+    engines.metrics["bad"] = answer
+    client, monitor = build(
+        engines, [spec("bad"), spec("good")], clock, ScrapeConfig(max_body_bytes=16_384)
+    )
+    async with client:
+        result = await monitor.poll()
+    bad = result.endpoints[0]
+    assert bad.health is EngineHealth.DOWN
+    assert bad.error is not None
+    assert error in bad.error
+    assert by_id(result)["good"].num_running == 3
+    assert by_id(result)["bad"].health is EngineHealth.DOWN
+
+
+async def test_a_stale_engine_keeps_its_last_gauges_with_zero_deltas() -> None:
+    engines, clock = Engines(), FakeClock()
+    engines.serve("e", exposition(usage=0.5, preemptions=1))
+    client, monitor = build(engines, [spec("e")], clock)
+    async with client:
+        await monitor.poll()
+        clock.now += 5.0
+        engines.serve("e", exposition(usage=0.75, preemptions=4))
+        good = by_id(await monitor.poll())["e"]
+        engines.metrics["e"] = refuse
+        clock.now += 5.0
+        stale = by_id(await monitor.poll())["e"]
+    assert good.num_preemptions == 3
+    assert (stale.health, stale.kv_usage, stale.scraped_at) == (
+        EngineHealth.STALE,
+        0.75,
+        good.scraped_at,
+    )
+    assert stale.num_preemptions == 0
+
+
+async def test_a_failing_engine_is_retried_with_backoff_and_turns_down() -> None:
+    engines, clock = Engines(), FakeClock()
+    engines.serve("e", exposition())
+    config = HealthConfig(down_after_s=12.0, max_skipped_polls=11)
+    client, monitor = build(engines, [spec("e")], clock, health=config)
+    healths = []
+    async with client:
+        await monitor.poll()
+        engines.metrics["e"] = refuse
+        for _ in range(8):
+            clock.now += 5.0
+            healths.append((await monitor.poll()).endpoints[0].health)
+    assert engines.requests["e", "/metrics"] == 1 + 4  # polls 1, 2, 4, 8 after the failure
+    assert healths[:2] == [EngineHealth.STALE, EngineHealth.STALE]
+    assert healths[2:] == [EngineHealth.DOWN] * 6
+
+
+async def test_max_model_len_is_retried_until_read_then_cached() -> None:
+    engines, clock = Engines(), FakeClock()
+    engines.serve("e", exposition())
+    engines.models["e"] = lambda: httpx.Response(503)
+    client, monitor = build(engines, [spec("e")], clock)
+    async with client:
+        first = await monitor.poll()
+        second = await monitor.poll()
+        engines.models["e"] = lambda: httpx.Response(200, text=MODELS)
+        third = await monitor.poll()
+        await monitor.poll()
+    assert [by_id(r)["e"].max_model_len for r in (first, second, third)] == [None, None, 4096]
+    assert first.endpoints[0].health is EngineHealth.UP
+    assert "HTTP 503" in (first.endpoints[0].models_error or "")
+    assert third.endpoints[0].models_error is None
+    assert engines.requests["e", "/v1/models"] == 3
+
+
+async def test_a_restart_reads_as_zero_deltas_warns_and_rereads_max_model_len() -> None:
+    engines, clock = Engines(), FakeClock()
+    engines.serve("e", exposition(preemptions=50, generated=9000))
+    client, monitor = build(engines, [spec("e")], clock)
+    async with client:
+        await monitor.poll()
+        clock.now += 5.0
+        engines.serve("e", exposition(preemptions=0, generated=40))
+        result = await monitor.poll()
+        await monitor.poll()
+    sample = by_id(result)["e"]
+    assert sample.restarted
+    assert (sample.num_preemptions, sample.generation_tokens) == (0, 0)
+    assert [w.kind for w in result.warnings] == [WarningKind.ENGINE_RESTART]
+    assert engines.requests["e", "/v1/models"] == 2
+
+
+async def test_data_parallel_ranks_are_separate_samples_of_the_configured_role() -> None:
+    engines, clock = Engines(), FakeClock()
+    text = exposition('engine="0",model_name="m"', running=2) + exposition(
+        'engine="1",model_name="m"', running=6
+    )
+    engines.serve("dp", text)
+    client, monitor = build(engines, [spec("dp", EngineRole.DECODE)], clock)
+    async with client:
+        result = await monitor.poll()
+    samples = by_id(result)
+    assert {k: (s.num_running, s.role) for k, s in samples.items()} == {
+        "dp/0": (2, EngineRole.DECODE),
+        "dp/1": (6, EngineRole.DECODE),
+    }
+
+
+async def test_an_engine_back_after_a_long_outage_does_not_replay_old_counts() -> None:
+    engines, clock = Engines(), FakeClock()
+    engines.serve("e", exposition(preemptions=1))
+    client, monitor = build(
+        engines, [spec("e")], clock, health=HealthConfig(down_after_s=30.0, max_skipped_polls=0)
+    )
+    async with client:
+        await monitor.poll()
+        engines.metrics["e"] = refuse
+        for _ in range(8):
+            clock.now += 5.0
+            await monitor.poll()
+        engines.serve("e", exposition(preemptions=200))
+        clock.now += 5.0
+        back = by_id(await monitor.poll())["e"]
+    assert (back.health, back.num_preemptions, back.restarted) == (EngineHealth.UP, 0, False)
+
+
+def test_engine_names_must_be_unique() -> None:
+    client = MetricsClient(httpx.AsyncClient())
+    with pytest.raises(ValueError, match="unique"):
+        EngineMonitor([spec("a"), spec("a")], client, FakeClock())
+
+
+async def test_over_real_sockets_a_live_and_a_refused_engine(tiny_server: TinyServer) -> None:
+    tiny_server.routes["/metrics"] = Route(body=exposition(running=11).encode())
+    tiny_server.routes["/v1/models"] = Route(body=MODELS.encode())
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    specs = [EngineSpec("live", tiny_server.url), EngineSpec("gone", f"http://127.0.0.1:{closed}")]
+    async with MetricsClient(httpx.AsyncClient()) as client:
+        result = await EngineMonitor(specs, client, FakeClock()).poll()
+    live, gone = result.samples
+    assert (live.health, live.num_running, live.max_model_len) == (EngineHealth.UP, 11, 4096)
+    assert (gone.engine_id, gone.health, gone.kv_capacity_tokens) == (
+        "gone",
+        EngineHealth.DOWN,
+        None,
+    )
+    assert "ConnectError" in (result.endpoints[1].error or "")

@@ -1,0 +1,223 @@
+"""Exposition text to per-engine readings, on small hand-written texts (fixtures: test_contract)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from inference.metrics.errors import ScrapeBadFormat
+from inference.metrics.names import Series
+from inference.metrics.parse import parse_exposition, parse_max_model_len
+from tests.unit.metrics.texts import LABELS, exposition
+
+
+def test_reads_the_gauges_and_counters_of_one_engine_under_the_endpoint_name() -> None:
+    readings = parse_exposition(exposition(), "e0")
+    assert list(readings) == ["e0"]
+    reading = readings["e0"]
+    assert (reading.num_running, reading.num_waiting, reading.kv_usage) == (7, 3, 0.25)
+    assert reading.counters.preemptions == 2.0
+    assert reading.counters.generation_tokens == 900.0
+    assert reading.counters.prefix_cache_hits == 0.0  # absent counters read 0 and never move
+
+
+def test_counters_without_total_read_the_same_typed_or_untyped() -> None:
+    typed = exposition().replace("vllm:num_preemptions_total", "vllm:num_preemptions")
+    untyped = "\n".join(
+        line for line in typed.splitlines() if not line.startswith("# TYPE vllm:num_preemptions")
+    )
+    assert parse_exposition(typed, "e")["e"].counters.preemptions == 2.0
+    assert parse_exposition(untyped, "e")["e"].counters.preemptions == 2.0
+
+
+def test_legacy_gpu_cache_usage_is_read_when_the_new_name_is_absent() -> None:
+    legacy = exposition().replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    assert parse_exposition(legacy, "e")["e"].kv_usage == 0.25
+
+
+def test_new_name_wins_when_both_spellings_are_exposed() -> None:
+    both = exposition(
+        extra=f"# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{{{LABELS}}} 0.9\n"
+    )
+    assert parse_exposition(both, "e")["e"].kv_usage == 0.25
+
+
+def test_legacy_prefix_cache_counters_are_read() -> None:
+    extra = (
+        f"vllm:gpu_prefix_cache_hits_total{{{LABELS}}} 40.0\n"
+        f"vllm:gpu_prefix_cache_queries_total{{{LABELS}}} 100.0\n"
+    )
+    counters = parse_exposition(exposition(extra=extra), "e")["e"].counters
+    assert (counters.prefix_cache_hits, counters.prefix_cache_queries) == (40.0, 100.0)
+
+
+def test_waiting_by_reason_splits_capacity_from_deferred() -> None:
+    extra = (
+        "# TYPE vllm:num_requests_waiting_by_reason gauge\n"
+        f'vllm:num_requests_waiting_by_reason{{{LABELS},reason="capacity"}} 2.0\n'
+        f'vllm:num_requests_waiting_by_reason{{{LABELS},reason="deferred"}} 1.0\n'
+    )
+    reading = parse_exposition(exposition(extra=extra), "e")["e"]
+    assert (reading.num_waiting_capacity, reading.num_waiting_deferred) == (2, 1)
+
+
+def test_waiting_by_reason_absent_reads_none_not_zero() -> None:
+    reading = parse_exposition(exposition(), "e")["e"]
+    assert reading.num_waiting_capacity is None
+    assert reading.num_waiting_deferred is None
+
+
+def cache_config(**labels: str) -> str:
+    pairs = ",".join(f'{k}="{v}"' for k, v in {"engine": "0", **labels}.items())
+    return f"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{{pairs}}} 1.0\n"
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ({"kv_cache_size_tokens": "4096", "num_gpu_blocks": "1000", "block_size": "16"}, 4096),
+        ({"num_gpu_blocks_override": "64", "num_gpu_blocks": "256", "block_size": "16"}, 1024),
+        ({"num_gpu_blocks_override": "None", "num_gpu_blocks": "256", "block_size": "16"}, 4096),
+        ({"kv_cache_size_tokens": "None", "num_gpu_blocks": "None", "block_size": "16"}, None),
+        ({"num_gpu_blocks": "256"}, None),
+    ],
+)
+def test_capacity_prefers_the_token_size_then_the_override_then_blocks(
+    labels: dict[str, str], expected: int | None
+) -> None:
+    reading = parse_exposition(exposition(extra=cache_config(**labels)), "e")["e"]
+    assert reading.kv_capacity_tokens == expected
+
+
+def test_capacity_is_none_without_cache_config() -> None:
+    assert parse_exposition(exposition(), "e")["e"].kv_capacity_tokens is None
+
+
+def test_data_parallel_ranks_get_their_own_ids_and_share_unlabelled_series() -> None:
+    rank0 = exposition('engine="0",model_name="m"')
+    rank1 = exposition('engine="1",model_name="m"', usage=0.75)
+    shared = cache_config(kv_cache_size_tokens="2048").replace('engine="0",', "")
+    readings = parse_exposition(rank0 + rank1 + shared, "dp")
+    assert sorted(readings) == ["dp/0", "dp/1"]
+    assert readings["dp/1"].kv_usage == 0.75
+    assert readings["dp/0"].kv_usage == 0.25
+    assert readings["dp/0"].kv_capacity_tokens == readings["dp/1"].kv_capacity_tokens == 2048
+
+
+def test_series_without_any_engine_label_belong_to_the_endpoint() -> None:
+    readings = parse_exposition(exposition('model_name="m"'), "plain")
+    assert list(readings) == ["plain"]
+    assert readings["plain"].num_running == 7
+
+
+def test_labelled_values_win_over_unlabelled_ones_of_the_same_series() -> None:
+    text = (
+        exposition()
+        + '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 99\n'
+    )
+    assert parse_exposition(text, "e")["e"].num_running == 7
+
+
+def test_histogram_buckets_are_read_cumulatively_in_bound_order() -> None:
+    extra = (
+        "# TYPE vllm:time_to_first_token_seconds histogram\n"
+        f'vllm:time_to_first_token_seconds_bucket{{{LABELS},le="0.1"}} 2.0\n'
+        f'vllm:time_to_first_token_seconds_bucket{{{LABELS},le="1.0"}} 5.0\n'
+        f'vllm:time_to_first_token_seconds_bucket{{{LABELS},le="+Inf"}} 6.0\n'
+        f"vllm:time_to_first_token_seconds_count{{{LABELS}}} 6.0\n"
+        f"vllm:time_to_first_token_seconds_sum{{{LABELS}}} 3.5\n"
+    )
+    hist = parse_exposition(exposition(extra=extra), "e")["e"].histograms[
+        Series.TIME_TO_FIRST_TOKEN
+    ]
+    assert hist.bounds == (0.1, 1.0, float("inf"))
+    assert hist.cumulative == (2.0, 5.0, 6.0)
+    assert hist.count == 6.0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty body"),
+        ("   \n\n", "empty body"),
+        ("<html><body><h1>502 Bad Gateway</h1></body></html>", "an HTML page"),
+        ('vllm:num_requests_running{engine="0" 7.0', "not Prometheus text"),
+        ("# TYPE up gauge\nup 1\n", "missing kv_usage, preemptions, running, waiting"),
+        (exposition(usage="NaN"), "is nan, not finite"),
+        (exposition(usage="+Inf"), "is inf, not finite"),
+        (exposition(usage=1.5), "outside 0..1"),
+        (exposition(running=-1), "not a whole non-negative count"),
+        (exposition().replace("7.0", "6.5"), "not a whole non-negative count"),
+        (exposition(generated=-5), "negative"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(text: str, message: str) -> None:
+    with pytest.raises(ScrapeBadFormat, match=message):
+        parse_exposition(text, "e")
+
+
+def test_a_histogram_without_an_inf_bucket_is_rejected() -> None:
+    extra = f'vllm:e2e_request_latency_seconds_bucket{{{LABELS},le="1.0"}} 2.0\n'
+    with pytest.raises(ScrapeBadFormat, match="e2e_latency is not a valid histogram"):
+        parse_exposition(exposition(extra=extra), "e")
+
+
+def test_non_finite_values_of_series_pacer_does_not_read_are_ignored() -> None:
+    extra = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total NaN\n"
+    assert parse_exposition(exposition(extra=extra), "e")["e"].num_running == 7
+
+
+@given(st.text(max_size=200))
+def test_arbitrary_text_either_parses_or_raises_bad_format(text: str) -> None:
+    try:
+        readings = parse_exposition(text, "e")
+    except ScrapeBadFormat:
+        return
+    assert all(0.0 <= r.kv_usage <= 1.0 for r in readings.values())
+
+
+def test_max_model_len_is_the_smallest_listed() -> None:
+    body = json.dumps(
+        {
+            "object": "list",
+            "data": [{"id": "m", "max_model_len": 4096}, {"id": "lora", "max_model_len": 2048}],
+        }
+    ).encode()
+    assert parse_max_model_len(body) == 2048
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"<html></html>",
+        b'{"data": []}',
+        b'{"data": [{"id": "m"}]}',
+        b'{"data": [{"max_model_len": "4k"}]}',
+    ],
+)
+def test_a_bad_models_list_gets_a_clear_error(body: bytes) -> None:
+    with pytest.raises(ScrapeBadFormat, match="/v1/models"):
+        parse_max_model_len(body)
+
+
+def test_a_malformed_line_of_a_family_pacer_does_not_read_costs_nothing() -> None:
+    extra = 'vllm:request_params_n_bucket{le="1.0" oops\n'
+    assert parse_exposition(exposition(extra=extra), "e")["e"].num_running == 7
+
+
+def test_a_malformed_line_of_a_family_pacer_reads_is_an_error() -> None:
+    extra = 'vllm:num_requests_waiting_by_reason{reason="capacity" 3\n'
+    with pytest.raises(ScrapeBadFormat, match="not Prometheus text"):
+        parse_exposition(exposition(extra=extra), "e")
+
+
+def test_capacity_follows_a_changed_cache_config_line() -> None:
+    """The info line's parse is memoized by its text: new text, new numbers."""
+    small = exposition(extra=cache_config(kv_cache_size_tokens="4096"))
+    large = exposition(extra=cache_config(kv_cache_size_tokens="8192"))
+    capacities = [parse_exposition(t, "e")["e"].kv_capacity_tokens for t in (small, large, small)]
+    assert capacities == [4096, 8192, 4096]
