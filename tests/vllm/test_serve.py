@@ -1,0 +1,77 @@
+"""The launcher's decisions, without starting vLLM (the engine tests start it for real)."""
+
+from pathlib import Path
+
+import pytest
+
+from inference import serve
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    (tmp_path / "config.json").write_text("{}")
+    return tmp_path
+
+
+def test_command_carries_pacer_and_cpu_flags_then_passthrough(model_dir: Path) -> None:
+    args, passthrough = serve.parse_args(
+        ["--model", str(model_dir), "--cpu", "--port", "9001", "--num-gpu-blocks-override", "16"]
+    )
+    command = serve.build_command(args, passthrough, "/venv/bin/python")
+    assert command[:3] == ["/venv/bin/python", "-m", serve.VLLM_SERVER_MODULE]
+    assert command[command.index("--port") + 1] == "9001"
+    assert command[command.index("--max-num-seqs") + 1] == str(serve.DEFAULT_MAX_NUM_SEQS)
+    assert command[command.index("--distributed-executor-backend") + 1] == "uni"
+    assert {"--enable-prefix-caching", "--enforce-eager"} <= set(command)
+    assert command[-2:] == ["--num-gpu-blocks-override", "16"]
+
+
+def test_without_cpu_no_cpu_flags_or_env(model_dir: Path) -> None:
+    args, passthrough = serve.parse_args(["--model", str(model_dir)])
+    assert "--enforce-eager" not in serve.build_command(args, passthrough, "python")
+    assert serve.build_env(args, {"PATH": "/bin"}) == {"PATH": "/bin"}
+
+
+def test_cpu_env_defaults_yield_to_the_callers(model_dir: Path) -> None:
+    args, _ = serve.parse_args(["--model", str(model_dir), "--cpu"])
+    env = serve.build_env(args, {"VLLM_CPU_KVCACHE_SPACE": "4"})
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert env["HF_HUB_OFFLINE"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "registered", "expected"),
+    [
+        (["--max-num-seqs", "128", "--expected-cap", "512"], {}, True, ["below the expected cap"]),
+        (["--max-num-seqs", "512", "--expected-cap", "512"], {}, True, []),
+        ([], {"VLLM_PLUGINS": ""}, True, ["leaves out 'pacer'"]),
+        ([], {"VLLM_PLUGINS": "other,pacer"}, True, []),
+        ([], {}, False, ["not registered"]),
+    ],
+)
+def test_warnings(
+    model_dir: Path, flags: list[str], env: dict[str, str], registered: bool, expected: list[str]
+) -> None:
+    args, _ = serve.parse_args(["--model", str(model_dir), *flags])
+    problems = serve.check(args, env, registered)
+    assert len(problems) == len(expected)
+    for problem, phrase in zip(problems, expected, strict=True):
+        assert phrase in problem
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "/nonexistent"], "not a model directory"),
+        (["--max-num-seqs", "0"], "at least 1"),
+        (["--disable-log-stats"], "turns off the metrics"),
+    ],
+)
+def test_bad_input_is_refused_clearly(
+    model_dir: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = argv if argv[0] == "--model" else ["--model", str(model_dir), *argv]
+    with pytest.raises(SystemExit):
+        serve.parse_args(full)
+    assert message in capsys.readouterr().err
