@@ -58,6 +58,12 @@ class LoadSample:
         return self.health is EngineHealth.UP
 
     @property
+    def capacity_waiters(self) -> int:
+        """Requests queued for lack of room. An engine without the breakdown by reason may
+        be queueing for capacity with all of them, so none of its waiters is assumed benign."""
+        return self.num_waiting if self.num_waiting_capacity is None else self.num_waiting_capacity
+
+    @property
     def reads_overload(self) -> bool:
         """Whether this engine's queue and preemptions count as overload signals."""
         return self.role is not EngineRole.PREFILL
