@@ -32,12 +32,12 @@ def wait_for_health(url: str, deadline: float) -> str:
     raise TimeoutError(f"{url} not healthy: {last}")
 
 
-def wait_for_worker(deadline: float) -> dict[str, str | int]:
+def wait_for_worker(queue: str, deadline: float) -> dict[str, str | int]:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     from workers.tasks import ping
 
     token = uuid.uuid4().hex
-    result = ping.delay(token)
+    result = ping.apply_async(args=[token], queue=queue)
     answer = result.get(timeout=max(0.1, deadline - time.monotonic()))
     if answer["token"] != token:
         raise RuntimeError(f"worker answered someone else's ping: {answer}")
@@ -47,13 +47,14 @@ def wait_for_worker(deadline: float) -> dict[str, str | int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", required=True, help="the health endpoint to poll")
+    parser.add_argument("--queue", default="celery", help="the queue the awaited worker reads")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait in all")
     args = parser.parse_args()
     deadline = time.monotonic() + args.timeout
     try:
         health = wait_for_health(args.url, deadline)
         print(f"health: {health}")
-        worker = wait_for_worker(deadline)
+        worker = wait_for_worker(args.queue, deadline)
         print(f"worker: pid {worker['pid']} on {worker['hostname']} answered a ping")
     except Exception as error:
         print(f"not ready: {error}", file=sys.stderr)

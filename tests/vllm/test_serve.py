@@ -41,23 +41,52 @@ def test_cpu_env_defaults_yield_to_the_callers(model_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags", "env", "registered", "expected"),
+    ("env", "registered", "expected"),
     [
-        (["--max-num-seqs", "128", "--expected-cap", "512"], {}, True, ["below the expected cap"]),
-        (["--max-num-seqs", "512", "--expected-cap", "512"], {}, True, []),
-        ([], {"VLLM_PLUGINS": ""}, True, ["leaves out 'pacer'"]),
-        ([], {"VLLM_PLUGINS": "other,pacer"}, True, []),
-        ([], {}, False, ["not registered"]),
+        ({"VLLM_PLUGINS": ""}, True, "leaves out 'pacer'"),
+        ({"VLLM_PLUGINS": "other,pacer"}, True, None),
+        ({}, True, None),
+        ({}, False, "not registered"),
     ],
 )
-def test_warnings(
-    model_dir: Path, flags: list[str], env: dict[str, str], registered: bool, expected: list[str]
-) -> None:
+def test_plugin_problems(env: dict[str, str], registered: bool, expected: str | None) -> None:
+    problems = serve.plugin_problems(env, registered)
+    if expected is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1
+        assert expected in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--max-num-seqs", "128", "--expected-cap", "512"], ["below the expected cap"]),
+        (["--max-num-seqs", "512", "--expected-cap", "512"], []),
+    ],
+)
+def test_capacity_warnings(model_dir: Path, flags: list[str], expected: list[str]) -> None:
     args, _ = serve.parse_args(["--model", str(model_dir), *flags])
-    problems = serve.check(args, env, registered)
+    problems = serve.capacity_warnings(args)
     assert len(problems) == len(expected)
     for problem, phrase in zip(problems, expected, strict=True):
         assert phrase in problem
+
+
+def test_refuses_to_start_unpatched_unless_forced(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VLLM_PLUGINS", "")
+    executed: list[list[str]] = []
+    monkeypatch.setattr(serve.os, "execve", lambda path, argv, env: executed.append(argv))
+
+    with pytest.raises(SystemExit, match="refusing to start"):
+        serve.main(["--model", str(model_dir)])
+    assert executed == []
+
+    serve.main(["--model", str(model_dir), "--allow-unpatched"])
+    assert len(executed) == 1
+    assert "vLLM would run unpatched" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
