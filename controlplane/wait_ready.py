@@ -1,4 +1,5 @@
-"""Waits until the stack answers: the health endpoint says ok and a worker returns a ping.
+"""Waits until the stack answers: the health endpoint says ok, a worker returns a ping, and
+every engine's ``/health`` answers 200.
 
 Used by ``scripts/run`` so that the dashboard URL is printed only once it works.
 """
@@ -18,7 +19,7 @@ PROBE_TIMEOUT_SECONDS = 2.0
 PROBE_INTERVAL_SECONDS = 0.5
 
 
-def wait_for_health(url: str, deadline: float) -> str:
+def wait_for_ok(url: str, deadline: float) -> str:
     last = "no answer yet"
     while time.monotonic() < deadline:
         try:
@@ -48,14 +49,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", required=True, help="the health endpoint to poll")
     parser.add_argument("--queue", default="celery", help="the queue the awaited worker reads")
+    parser.add_argument(
+        "--engine", action="append", default=[], help="an engine's base URL (repeatable)"
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait in all")
     args = parser.parse_args()
     deadline = time.monotonic() + args.timeout
     try:
-        health = wait_for_health(args.url, deadline)
+        health = wait_for_ok(args.url, deadline)
         print(f"health: {health}")
         worker = wait_for_worker(args.queue, deadline)
         print(f"worker: pid {worker['pid']} on {worker['hostname']} answered a ping")
+        for engine in args.engine:
+            wait_for_ok(f"{engine.rstrip('/')}/health", deadline)
+            print(f"engine: {engine} healthy")
     except Exception as error:
         print(f"not ready: {error}", file=sys.stderr)
         return 1

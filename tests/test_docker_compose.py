@@ -46,3 +46,7 @@ def test_compose_file_has_the_stack_and_commands() -> None:
         assert environment["DATABASE_URL"].startswith("postgres://")
         assert environment["REDIS_URL"].startswith("redis://redis:")
         assert set(services[name]["depends_on"]) == {"redis", "postgres"}
+    for name in ("sim-a", "sim-b"):
+        assert command_text(services[name]).startswith("python -m inference.sim --host 0.0.0.0")
+    assert services["vllm"]["profiles"] == ["gpu"]
+    assert "inference.serve" in command_text(services["vllm"])

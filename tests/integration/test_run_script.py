@@ -1,4 +1,5 @@
-"""The README's run command brings the stack up, and Ctrl-C leaves nothing running."""
+"""The README's run command brings the stack up with simulated engines, and Ctrl-C leaves
+nothing running."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ def processes_mentioning(marker: str) -> list[str]:
 
 def test_run_script_serves_health_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     port = free_port()
+    engine_ports = [free_port(), free_port()]
     env = {
         **os.environ,
         "PACER_PORT": str(port),
         "PACER_VAR_DIR": str(tmp_path),
+        "PACER_SIM_PORTS": ",".join(map(str, engine_ports)),
         "DATABASE_URL": f"sqlite:///{tmp_path / 'pacer.sqlite3'}",
     }
     log_path = tmp_path / "run.log"
@@ -54,6 +57,9 @@ def test_run_script_serves_health_and_stops_everything_on_ctrl_c(tmp_path: Path)
         assert health.json()["database"]["ok"] and health.json()["redis"]["ok"]
         assert "API token: " in log_path.read_text()
         assert processes_mentioning(f"pacer-{port}@"), "the worker should be running"
+        for engine_port in engine_ports:
+            models = httpx.get(f"http://127.0.0.1:{engine_port}/v1/models", timeout=5).json()
+            assert models["data"][0]["max_model_len"] > 0
 
         # Ctrl-C in a terminal sends SIGINT to the whole foreground process group.
         os.killpg(script.pid, signal.SIGINT)
@@ -64,5 +70,7 @@ def test_run_script_serves_health_and_stops_everything_on_ctrl_c(tmp_path: Path)
     time.sleep(1)
     assert processes_mentioning(f"-p {port} controlplane.asgi") == []
     assert processes_mentioning(f"pacer-{port}@") == []
+    for engine_port in engine_ports:
+        assert processes_mentioning(f"inference.sim --port {engine_port}") == []
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/api/health/", timeout=2)

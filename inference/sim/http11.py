@@ -1,0 +1,192 @@
+"""A small HTTP/1.1 server over asyncio streams, with h11 doing the protocol.
+
+The simulator needs little from HTTP: keep-alive connections (the OpenAI client pools them),
+request bodies, whole responses, streamed responses (server-sent events) and, above all, to
+know at once when a client goes away, because vLLM aborts a request whose client disconnected
+and frees its KV. While a handler runs, a watcher task keeps reading the socket; end of file
+sets the request's ``disconnected`` event. Everything else (routing, JSON) is the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import h11
+
+READ_SIZE = 65_536  # bytes per socket read
+MAX_BODY_BYTES = 64 * 1024 * 1024  # refuse larger bodies (413) rather than buffer them
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    path: str  # target without the query string
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+    disconnected: asyncio.Event  # set when the client closes its side
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamingResponse:
+    """A response sent chunk by chunk; the iterator is closed if the client goes away."""
+
+    chunks: AsyncIterator[bytes]
+    status: int = 200
+    content_type: str = "text/event-stream"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+Handler = Callable[[HttpRequest], Awaitable[Response | StreamingResponse]]
+
+
+async def serve_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler
+) -> None:
+    """Serves requests on one connection until either side closes it."""
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_BODY_BYTES)
+    try:
+        while True:
+            request = await _read_request(conn, reader)
+            if request is None:
+                return
+            if isinstance(request, Response):
+                await _send_whole(conn, writer, request)
+                return
+            await _respond(conn, reader, writer, handler, request)
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+    except (ConnectionError, h11.ProtocolError):
+        return
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def _read_request(
+    conn: h11.Connection, reader: asyncio.StreamReader
+) -> HttpRequest | Response | None:
+    """The next request, a 4xx to send and close with, or None if the client left."""
+    head: h11.Request | None = None
+    body = bytearray()
+    while True:
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:
+            return Response(exc.error_status_hint, f"bad request: {exc}".encode(), "text/plain")
+        if event is h11.NEED_DATA:
+            data = await reader.read(READ_SIZE)
+            conn.receive_data(data)
+            if not data and head is None:
+                return None
+            continue
+        if isinstance(event, h11.Request):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > MAX_BODY_BYTES:
+                return Response(413, b"request body too large", "text/plain")
+        elif isinstance(event, h11.EndOfMessage) and head is not None:
+            return HttpRequest(
+                method=head.method.decode(),
+                path=head.target.decode().split("?", 1)[0],
+                headers={name.decode().lower(): value.decode() for name, value in head.headers},
+                body=bytes(body),
+                disconnected=asyncio.Event(),
+            )
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+
+
+async def _respond(
+    conn: h11.Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    handler: Handler,
+    request: HttpRequest,
+) -> None:
+    watcher = asyncio.create_task(_watch_disconnect(conn, reader, request.disconnected))
+    try:
+        response = await handler(request)
+        if isinstance(response, Response):
+            await _send_whole(conn, writer, response)
+        else:
+            await _send_stream(conn, writer, response, request.disconnected)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
+async def _watch_disconnect(
+    conn: h11.Connection, reader: asyncio.StreamReader, disconnected: asyncio.Event
+) -> None:
+    """Reads on while the handler runs: end of file means the client is gone."""
+    try:
+        while True:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                disconnected.set()
+                return
+            conn.receive_data(data)  # a pipelined next request: h11 keeps it for later
+    except ConnectionError:
+        disconnected.set()
+
+
+async def _send_whole(
+    conn: h11.Connection, writer: asyncio.StreamWriter, response: Response
+) -> None:
+    headers = [
+        ("content-type", response.content_type),
+        ("content-length", str(len(response.body))),
+    ]
+    writer.write(conn.send(h11.Response(status_code=response.status, headers=headers)))
+    if response.body:
+        writer.write(conn.send(h11.Data(data=response.body)))
+    writer.write(conn.send(h11.EndOfMessage()))
+    await writer.drain()
+
+
+async def _send_stream(
+    conn: h11.Connection,
+    writer: asyncio.StreamWriter,
+    response: StreamingResponse,
+    disconnected: asyncio.Event,
+) -> None:
+    headers = [("content-type", response.content_type), *response.headers]
+    writer.write(conn.send(h11.Response(status_code=response.status, headers=headers)))
+    chunks = response.chunks
+    try:
+        async for chunk in chunks:
+            if disconnected.is_set():
+                return
+            writer.write(conn.send(h11.Data(data=chunk)))
+            await writer.drain()
+        writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def start_server(handler: Handler, host: str, port: int) -> asyncio.Server:
+    """Listens on host:port (port 0 picks a free one) and serves every connection."""
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Shutdown cancels open connections; that ends them, it is not an error to report.
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve_connection(reader, writer, handler)
+
+    return await asyncio.start_server(on_connect, host, port)

@@ -1,0 +1,55 @@
+"""Choice text, stop truncation, offsets and the logprobs objects of both APIs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from inference.sim import text
+from inference.sim.openai_responses import ChoiceText, completion_choice, models_body
+from inference.sim.request import FinishReason, Request
+
+
+def make_req(num_tokens: int, reason: FinishReason = FinishReason.LENGTH) -> Request:
+    return Request(
+        req_id="r",
+        prompt_token_ids=np.arange(3),
+        max_output_tokens=num_tokens,
+        final_reason=reason,
+        output_seed=11,
+        arrival_time=0.0,
+        max_tokens=num_tokens,
+    )
+
+
+def test_text_slices_follow_token_boundaries() -> None:
+    choice = ChoiceText(make_req(10), stop=())
+    assert choice.text == text.decode(text.output_token_ids(11, 0, 10))
+    assert choice.text_between(0, 4) + choice.text_between(4, 10) == choice.text
+    assert choice.offset(0) == 0 and choice.offset(10) == len(choice.text)
+
+
+def test_a_stop_string_is_cut_from_the_text() -> None:
+    full = ChoiceText(make_req(10), stop=()).text
+    stop = full[12:15]
+    choice = ChoiceText(make_req(10, FinishReason.STOP), stop=(stop,))
+    assert choice.text == full[: full.find(stop)]
+    assert choice.text_between(0, 10) == choice.text
+
+
+def test_completion_and_chat_logprobs_have_the_openai_shapes() -> None:
+    choice = ChoiceText(make_req(5), stop=())
+    body = completion_choice(0, choice, 1, 3, logprobs=2, finished=False)
+    logprobs = body["logprobs"]
+    assert logprobs["tokens"] == choice.pieces[1:3]
+    assert logprobs["text_offset"] == [choice.offset(1), choice.offset(2)]
+    assert [len(top) for top in logprobs["top_logprobs"]] == [2, 2]
+    assert logprobs["top_logprobs"][0][choice.pieces[1]] == logprobs["token_logprobs"][0]
+    assert body["finish_reason"] is None
+    chat = choice.chat_logprobs(0, 2, top=0)["content"]
+    assert chat[0]["token"] == choice.pieces[0] and chat[0]["top_logprobs"] == []
+    assert chat[0]["bytes"] == list(choice.pieces[0].encode())
+
+
+def test_models_body_reports_max_model_len() -> None:
+    body = models_body("m", 4096, 123)
+    assert body["data"][0]["max_model_len"] == 4096 and body["data"][0]["id"] == "m"

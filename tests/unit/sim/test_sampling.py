@@ -1,0 +1,66 @@
+"""Output plans: max_tokens and model length bound them, EOS draws and stop strings end them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from inference.sim import text
+from inference.sim.request import FinishReason
+from inference.sim.sampling import (
+    LengthDistribution,
+    LengthKind,
+    RequestError,
+    SamplingParams,
+    plan_output,
+)
+
+
+def plan(params: SamplingParams, length: LengthDistribution | None = None, num_prompt: int = 10):
+    return plan_output(params, num_prompt, 100, length, np.random.default_rng(0), output_seed=5)
+
+
+def test_without_an_eos_distribution_the_output_runs_to_max_tokens() -> None:
+    result = plan(SamplingParams(max_tokens=30))
+    assert (result.num_tokens, result.reason, result.max_tokens) == (30, FinishReason.LENGTH, 30)
+    assert plan(SamplingParams()).num_tokens == 90  # what the model length leaves
+
+
+def test_an_eos_draw_shorter_than_max_tokens_stops_early_unless_ignored() -> None:
+    short = LengthDistribution(LengthKind.FIXED, 12)
+    assert plan(SamplingParams(max_tokens=30), short).num_tokens == 12
+    assert plan(SamplingParams(max_tokens=30), short).reason is FinishReason.STOP
+    assert plan(SamplingParams(max_tokens=30, ignore_eos=True), short).num_tokens == 30
+    assert plan(SamplingParams(max_tokens=30, min_tokens=20), short).num_tokens == 20
+
+
+def test_a_stop_string_ends_the_output_at_the_token_that_completes_it() -> None:
+    pieces = [text.token_text(i) for i in text.output_token_ids(5, 0, 40).tolist()]
+    target = pieces[7] + pieces[8][:2]
+    expected = next(k for k in range(1, 41) if target in "".join(pieces[:k]))
+    result = plan(SamplingParams(max_tokens=40, stop=(target, "never-there")))
+    assert (result.num_tokens, result.reason) == (expected, FinishReason.STOP)
+    assert expected <= 9
+
+
+def test_requests_that_cannot_fit_the_model_are_refused() -> None:
+    with pytest.raises(RequestError, match="maximum context length is 100"):
+        plan(SamplingParams(max_tokens=91))
+    with pytest.raises(RequestError, match="no room"):
+        plan(SamplingParams(), num_prompt=100)
+    with pytest.raises(RequestError, match="min_tokens"):
+        SamplingParams(max_tokens=2, min_tokens=3)
+
+
+def test_length_distributions_parse_and_keep_their_mean() -> None:
+    rng = np.random.default_rng(1)
+    lognormal = LengthDistribution.parse("lognormal:300:0.8")
+    samples = [lognormal.sample(rng) for _ in range(20_000)]
+    assert 285 < np.mean(samples) < 315
+    uniform = LengthDistribution.parse("uniform:100:0.5")
+    draws = [uniform.sample(rng) for _ in range(2000)]
+    assert min(draws) >= 50 and max(draws) <= 150
+    assert LengthDistribution.parse("fixed:7").sample(rng) == 7
+    for bad in ("gauss:3", "fixed", "fixed:0", "uniform:10:2", "fixed:a"):
+        with pytest.raises(ValueError):
+            LengthDistribution.parse(bad)
