@@ -12,7 +12,7 @@ from workers.core.samples import EngineRole
 class EngineSpec:
     """One vLLM server as configured; data-parallel ranks behind it are found by scraping."""
 
-    name: str  # stable id; data-parallel ranks become "<name>/<engine label>"
+    name: str  # stable id; an engine /metrics labels with engine="N" is "<name>/N"
     base_url: str  # e.g. "http://engine-0:8000", without /metrics
     role: EngineRole = EngineRole.UNIFIED
     # The engine's --max-num-seqs, per rank; vLLM does not expose it in /metrics.

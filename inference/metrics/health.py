@@ -71,7 +71,7 @@ def failed(status: EndpointStatus, now: float, error: str, config: HealthConfig)
     failures = status.consecutive_failures + 1
     return replace(
         status,
-        health=_health_without_success(status.last_success_at, now, config),
+        health=without_success(status.last_success_at, now, config),
         last_attempt_at=now,
         error=error,
         consecutive_failures=failures,
@@ -83,14 +83,18 @@ def skipped(status: EndpointStatus, now: float, config: HealthConfig) -> Endpoin
     """A poll that left the endpoint alone while it backs off: only its age changes."""
     return replace(
         status,
-        health=_health_without_success(status.last_success_at, now, config),
+        health=without_success(status.last_success_at, now, config),
         polls_to_skip=status.polls_to_skip - 1,
     )
 
 
-def _health_without_success(
+def without_success(
     last_success_at: float | None, now: float, config: HealthConfig
 ) -> EngineHealth:
+    """The health of numbers that ``now`` did not refresh, by their age.
+
+    Also applies to one data-parallel rank missing from a scrape that otherwise worked.
+    """
     if last_success_at is None or now - last_success_at > config.down_after_s:
         return EngineHealth.DOWN
     return EngineHealth.STALE

@@ -6,12 +6,18 @@ Its failure is recorded (health STALE, then DOWN) and it is retried with backoff
 are turned into samples by the pure modules beside this one; this module only sequences I/O
 and keeps what the next poll needs: the previous readings, the last good samples, each
 endpoint's status and its ``max_model_len``, fetched until it succeeds and then cached.
+
+Every data-parallel rank an endpoint has shown is remembered. A rank missing from a scrape
+that otherwise worked keeps reporting its last gauges with zero deltas, STALE and then DOWN by
+its own age, exactly like an engine whose scrape failed: a poll without its numbers must never
+look complete. An endpoint not yet scraped successfully is one DOWN sample under its own name,
+since its ranks are unknown until then.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from inference.metrics import health
@@ -25,9 +31,8 @@ from inference.metrics.readings import EngineReading
 from inference.metrics.sampling import load_sample, stale_sample, unreached_sample
 from inference.metrics.stats import DashboardStats, engine_stats, pool_stats
 from inference.metrics.warnings import MonitorWarning, WarningConfig, WarningTracker
+from workers.core.clock import Clock
 from workers.core.samples import LoadSample
-
-Clock = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +59,8 @@ class _Memory:
     status: EndpointStatus
     max_model_len: int | None = None
     refetch_models: bool = True  # until read once, and again after a restart
+    # By engine id, for every rank the endpoint has shown: the last reading and when it was
+    # scraped, and the last good sample, in the order the ranks first appeared.
     readings: dict[str, tuple[EngineReading, float]] = field(default_factory=dict)
     samples: dict[str, LoadSample] = field(default_factory=dict)
 
@@ -88,7 +95,7 @@ class EngineMonitor:
         self._warnings = WarningTracker(self._config.warnings)
 
     async def poll(self) -> PollResult:
-        now = self._clock()
+        now = self._clock.now()
         due = [spec for spec in self._specs if self._memory[spec.name].status.due]
         outcomes = dict(
             zip(
@@ -129,8 +136,8 @@ class EngineMonitor:
             text = await self._client.metrics_text(spec.base_url)
             readings = parse_exposition(text, spec.name)
         except ScrapeError as exc:
-            return _Outcome(self._clock(), None, f"{type(exc).__name__}: {exc}")
-        return _Outcome(self._clock(), readings)
+            return _Outcome(self._clock.now(), None, f"{type(exc).__name__}: {exc}")
+        return _Outcome(self._clock.now(), readings)
 
     async def _models(self, spec: EngineSpec) -> int | str:
         """The engine's max_model_len, or the text of why it could not be read."""
@@ -150,37 +157,41 @@ class EngineMonitor:
         memory = self._remember_models(spec, outcome)
         memory.status = health.succeeded(memory.status, outcome.scraped_at)
         at = outcome.scraped_at
-        samples = {}
         for engine_id, reading in readings.items():
             previous, previous_at = memory.readings.get(engine_id, (None, None))
             elapsed = None if previous_at is None else at - previous_at
             delta = reading_delta(previous, reading, elapsed, self._config.health.down_after_s)
-            sample = load_sample(engine_id, spec, at, reading, delta, memory.max_model_len)
-            samples[engine_id] = sample
+            memory.readings[engine_id] = (reading, at)
+            memory.samples[engine_id] = load_sample(
+                engine_id, spec, at, reading, delta, memory.max_model_len
+            )
             stats.append(engine_stats(engine_id, delta))
             deltas.append(delta)
             if delta.restarted:
                 memory.refetch_models = True  # a relaunched engine may serve another length
-        memory.readings = {engine_id: (r, at) for engine_id, r in readings.items()}
-        memory.samples = samples
-        return list(samples.values())
+        return [
+            sample if engine_id in readings else self._aged(sample, at, memory.max_model_len)
+            for engine_id, sample in memory.samples.items()
+        ]
 
     def _stale(self, spec: EngineSpec, outcome: _Outcome | None, now: float) -> list[LoadSample]:
-        """Samples of an engine without fresh numbers: its last gauges, zero deltas."""
+        """Samples of an endpoint without fresh numbers: each rank's last gauges, zero deltas."""
         memory = self._memory[spec.name]
         if outcome is None:
-            memory.status = health.skipped(memory.status, now, self._config.health)
+            at = now
+            memory.status = health.skipped(memory.status, at, self._config.health)
         else:
+            at = outcome.scraped_at
             memory = self._remember_models(spec, outcome)
-            memory.status = health.failed(
-                memory.status, outcome.scraped_at, outcome.error, self._config.health
-            )
-        state = memory.status.health
+            memory.status = health.failed(memory.status, at, outcome.error, self._config.health)
         if not memory.samples:
-            return [unreached_sample(spec, now, state, memory.max_model_len)]
-        return [
-            stale_sample(sample, state, memory.max_model_len) for sample in memory.samples.values()
-        ]
+            return [unreached_sample(spec, now, memory.status.health, memory.max_model_len)]
+        return [self._aged(sample, at, memory.max_model_len) for sample in memory.samples.values()]
+
+    def _aged(self, last: LoadSample, now: float, max_model_len: int | None) -> LoadSample:
+        """A rank's last good sample, STALE or DOWN by the age of its own numbers."""
+        state = health.without_success(last.scraped_at, now, self._config.health)
+        return stale_sample(last, state, max_model_len)
 
     def _remember_models(self, spec: EngineSpec, outcome: _Outcome) -> _Memory:
         memory = self._memory[spec.name]

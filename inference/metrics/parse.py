@@ -8,8 +8,10 @@ what each sample is, whether a counter carries ``_total`` or not.
 
 One vLLM server can host several data-parallel engines, told apart by the ``engine`` label.
 A series without that label belongs to the whole server and fills in what a rank does not
-report itself (labelled values win). An endpoint with one engine keeps the endpoint's name as
-its engine id; with several, each id is ``<endpoint>/<engine label>``.
+report itself (labelled values win). Every labelled engine's id is ``<endpoint>/<engine label>``,
+even when a scrape shows a single one: an id that hung on how many ranks one scrape shows would
+rename a rank whose sibling vanished, and its counter deltas would restart from nothing. Only
+an exposition with no ``engine`` label at all is one engine named after the endpoint.
 """
 
 from __future__ import annotations
@@ -63,8 +65,6 @@ def parse_exposition(text: str, endpoint: str) -> dict[str, EngineReading]:
     shared = per_engine.get(None, {})
     if not labelled:
         return {endpoint: _reading(shared)}
-    if len(labelled) == 1:
-        return {endpoint: _reading({**shared, **per_engine[labelled[0]]})}
     return {f"{endpoint}/{label}": _reading({**shared, **per_engine[label]}) for label in labelled}
 
 

@@ -101,12 +101,7 @@ class WarningTracker:
 
     def _waiters(self, sample: LoadSample, now: float) -> MonitorWarning | None:
         engine = sample.engine_id
-        # Without the reason breakdown every waiter counts: older vLLM cannot say why.
-        waiters = (
-            sample.num_waiting
-            if sample.num_waiting_capacity is None
-            else sample.num_waiting_capacity
-        )
+        waiters = sample.capacity_waiters
         if waiters == 0 or not sample.reads_overload:
             self._waiting_since.pop(engine, None)
             self._reported.discard(engine)

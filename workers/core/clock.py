@@ -68,10 +68,3 @@ class ManualClock:
             _, _, waiter = heapq.heappop(self._sleepers)
             if not waiter.done():
                 waiter.set_result(None)
-
-    @property
-    def next_deadline(self) -> float | None:
-        """When the earliest live sleeper is due, or None when nobody sleeps."""
-        while self._sleepers and self._sleepers[0][2].done():
-            heapq.heappop(self._sleepers)
-        return self._sleepers[0][0] if self._sleepers else None

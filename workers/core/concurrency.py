@@ -18,13 +18,15 @@ from workers.core.control_records import (
     EpisodeCompletion,
     check_inflight,
 )
-from workers.core.control_state import ControllerState, StoredPin
-from workers.core.decisions import Cause, Decision, DecisionKind, Signal, change_reason
-from workers.core.latches import DrainLatch, Freshness
-from workers.core.overrides import Overrides, Pin
+from workers.core.control_state import Kept, resume, save
+from workers.core.decision_records import GrowthLog, Moment
+from workers.core.decisions import Cause, Decision, DecisionKind, Signal
+from workers.core.latches import DrainLatch, Freshness, RequestWatch
+from workers.core.overrides import Overrides
 from workers.core.policies.base import Policy, PoolView, Proposal, Reading
 from workers.core.polls import PollSummary
 from workers.core.samples import LoadSample
+from workers.core.start_cap import StartCap
 
 
 class Controller:
@@ -33,31 +35,26 @@ class Controller:
     Rules shared by every policy:
 
     - Bounds: the cap always lies in [min_inflight, max_inflight]; min = max fixes it.
-    - Start: ``initial_inflight`` when given, else derived once, on the first poll that reports
-      capacity, as the pool's KV tokens / max model length (bounded by the per-episode token
-      budget when set). It is never derived again, not even after a restore.
-    - Growth is per completed episode: with n the in-flight count including that episode, the
-      cap is multiplied by g ** (1 / n), g being what the last poll allows, so one full
-      replacement of the pool multiplies it by g at any scale. Only when the last poll was
-      complete (every engine fresh), allowed growth and is younger than ``poll_ttl``; no drain
-      is in progress; n >= ``binding_fraction`` x cap (raising an unused cap inflates it); and
-      the episode succeeded with tokens (a failing engine must not look idle). The cap is kept
-      unrounded, so that small caps grow too.
-    - A cut sets the drain latch. While it holds, no cut, no trim, no growth: signals in the
-      pipeline from before the cut must not cut again. It releases when inflight <= cap and a
-      poll is not hard. A cut or a trim never raises the cap.
-    - Stale metrics: a poll with no fresh engine decides nothing and freezes the controller; a
-      poll with a stale engine is incomplete and allows no growth; when no complete poll came
-      for ``poll_ttl`` seconds, growth freezes and a decision says so.
-    - Operator commands. ``pin(cap, ttl)`` holds the cap until ``release`` or the TTL; the
-      policy keeps running on its own cap in the shadow, and decisions show both. ``set(cap)``
-      moves the cap once (and ends a pin); adaptation continues from there. The shadow only
-      grows on evidence: under a pin below it, the pool cannot bind the shadow cap.
+    - Start: ``initial_inflight``, or derived once from the engines' KV capacity (``StartCap``).
+    - Growth per completed episode: with n the pool including it, the cap is multiplied by
+      g ** (1 / n), g being what the last poll allows, so one replacement of the pool grows it
+      by g at any scale. Only after a complete poll younger than ``poll_ttl``, outside a drain,
+      with the cap binding (n >= ``binding_fraction`` x cap: raising an unused cap inflates
+      it), for an episode that produced tokens (a failing engine must not look idle). The cap
+      is kept unrounded so that small caps grow too, and recorded at most once per poll.
+    - A cut sets the drain latch: no cut, trim or growth until it releases (``DrainLatch``).
+      A cut or a trim never raises the cap.
+    - Stale metrics (``Freshness``): with no fresh engine nothing is decided; with a stale one
+      nothing grows; with no complete poll for ``poll_ttl`` seconds, growth freezes. Alerts.
+    - Operator commands: ``pin(cap, ttl)`` holds the real cap until ``release`` or the TTL
+      while the policy runs on in the shadow, which grows only on evidence; ``set(cap)`` moves
+      the cap once and ends a pin.
 
-    A hard signal does not pierce a pin. The operator chose that number, and a controller that
-    overrides the operator in the very case where the operator is most likely looking cannot be
-    trusted with a pin at all. Instead the shadow cap takes the cut (so the policy's state stays
-    true), nothing is shed, and the decision is raised as an alert for the operator to act on.
+    A hard signal does not pierce a pin: a controller that overrides the operator in the very
+    case where the operator is most likely looking cannot be trusted with a pin at all. The
+    shadow takes the cut (so the policy's state stays true), nothing is shed, and the decision
+    is an alert. Since a shadow's sheds are not carried out, its drain is judged on the pool
+    it would have had, at most its cap: the real pool would hold the latch forever.
     """
 
     def __init__(self, config: ControllerConfig, policy: Policy) -> None:
@@ -65,10 +62,14 @@ class Controller:
         self.policy = policy
         self._level = self._bounded(float(config.initial_inflight or config.min_inflight))
         self._bootstrapped = False
+        self._start = StartCap(config)
         self._drain = DrainLatch()
         self._freshness = Freshness(config.poll_ttl)
+        self._requests = RequestWatch(config.over_permit_polls)
+        self._grow_log = GrowthLog()
         self._turnover = 0.0
         self._overrides = Overrides(config.min_inflight, config.max_inflight)
+        self._observed = False  # an observe-only wrapper keeps the real cap
         self._growth = 1.0  # multiplier per turnover that the last poll allows
         self._reading: Reading | None = None
         self._poll: PollSummary | None = None
@@ -106,11 +107,15 @@ class Controller:
             draining=self._drain.holding,
             frozen=self._freshness.frozen,
             engine_requests=engine_requests,
-            untracked_requests=max(0, engine_requests - self._inflight),
+            engine_requests_over_permits=max(0, engine_requests - self._inflight),
             cuts=self._cuts,
             trims=self._trims,
             suppressed_cuts=self._drain.suppressed,
         )
+
+    def observe_only(self) -> None:
+        """For the observe-only wrapper: from now on the cap is a shadow and sheds are moot."""
+        self._observed = True
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -120,9 +125,12 @@ class Controller:
         """One poll of every engine. Bad samples raise ValueError and change nothing."""
         check_inflight(inflight)
         poll = PollSummary.from_samples(samples, now)
+        self._freshness.start(now)
+        self._grow_log.new_interval()
+        out = self._record_growth(now)
         self._inflight = inflight
         self._poll = poll
-        out = self._expire_pin(now)
+        out += self._expire_pin(now)
         if not self._bootstrapped:
             out += self._bootstrap(poll, now)
         if poll.blind:
@@ -136,14 +144,10 @@ class Controller:
         reading = self._reading = self.policy.read(poll, view)
         self._growth = reading.growth if poll.complete else 1.0
         if poll.complete and self._freshness.complete(now):
-            out += (self._decide(DecisionKind.STALE_THAW, Cause.FRESH, now, ""),)
-        out += self._check_stall(now)
+            out += (self._moment(now).policy_record(DecisionKind.STALE_THAW, Cause.FRESH, ""),)
+        out += self._check_stall(now) + self._check_requests(poll, now)
         if self._drain.holding:
-            cap = self._policy_cap()
-            if self._drain.release_if(hard=reading.hard, inflight=inflight, cap=cap):
-                detail = f"inflight {inflight} <= cap {cap}, no overload"
-                out += (self._decide(DecisionKind.DRAIN_RELEASE, Cause.DRAINED, now, detail),)
-            return out
+            return out + self._release_drain(reading, now)
         proposal = self.policy.propose(reading, view)
         if proposal is not None:
             out += (self._apply(proposal, now),)
@@ -152,34 +156,35 @@ class Controller:
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
         """One episode finished; it may grow the cap."""
         n = completion.pool
+        self._freshness.start(now)
         self._inflight = n - 1
         self._turnover += 1.0 / n
-        out = self._expire_pin(now) + self._check_stall(now)
+        out: tuple[Decision, ...] = ()
+        if self._overrides.due(now) or self._freshness.stalled(now):
+            out = self._record_growth(now) + self._expire_pin(now) + self._check_stall(now)
         if not self._may_grow(completion, now):
             return out
         before = self._policy_cap()
         self._level = self._bounded(self._level * self._growth ** (1.0 / n))
-        if self._policy_cap() == before:
-            return out
-        detail = f"x{self._growth:.3f} per turnover, {n} in flight"
-        return (*out, self._decide(DecisionKind.GROW, Cause.CLEAR, now, detail, before=before))
+        if self._policy_cap() != before and self._grow_log.grew(before):
+            out += self._record_growth(now)
+        return out
 
     def pin(self, cap: int, ttl: float, *, now: float) -> Decision:
         """Hold the cap at ``cap`` for ``ttl`` seconds or until ``release``."""
         before = self.cap
         self._overrides.hold(cap, ttl, now)
         reason = f"Pinned concurrency {before} -> {cap} for {ttl:g} s (operator)"
-        return self._record(DecisionKind.PIN, Cause.OPERATOR, now, before, reason)
+        return self._command(DecisionKind.PIN, now, before, reason)
 
     def set(self, cap: int, *, now: float) -> Decision:
         """Move the cap once; adaptation continues from the new value. Ends any pin."""
         self._overrides.check_cap(cap)
         before = self.cap
         ended = "; pin released" if self._overrides.drop() is not None else ""
-        self._level = float(cap)
-        self._bootstrapped = True
+        self._level, self._bootstrapped = float(cap), True
         reason = f"Set concurrency {before} -> {cap} (operator){ended}"
-        return self._record(DecisionKind.SET, Cause.OPERATOR, now, before, reason)
+        return self._command(DecisionKind.SET, now, before, reason)
 
     def release(self, *, now: float) -> Decision:
         """End a pin: the policy's cap, kept in the shadow, takes over."""
@@ -188,110 +193,83 @@ class Controller:
             reason = f"Release: no pin was held, concurrency stays {before} (operator)"
         else:
             reason = f"Released pin: concurrency {before} -> {self.cap} (operator)"
-        return self._record(DecisionKind.RELEASE, Cause.OPERATOR, now, before, reason)
+        return self._command(DecisionKind.RELEASE, now, before, reason)
 
-    # -- persistence -----------------------------------------------------------------------
+    # -- persistence (the format and its checks live in ``control_state``) ------------------
 
     def to_json(self, now: float) -> dict[str, Any]:
-        """State for a restarted worker (see ``control_state``)."""
-        held = self._overrides.pin
-        pin = None if held is None else StoredPin(held.cap, held.until - now)
-        return ControllerState(
-            policy=self.policy.name,
-            level=self._level,
-            bootstrapped=self._bootstrapped,
-            draining=self._drain.holding,
-            polls_since_release=self._drain.polls_since_release,
-            turnover=self._turnover,
-            pin=pin,
-            policy_state=self.policy.to_json(),
-        ).to_json()
+        """State for a restarted worker."""
+        pin = self._overrides.pin
+        kept = Kept(self._level, self._bootstrapped, self._turnover, self._drain, pin)
+        return save(self.policy, kept, now=now)
 
     @classmethod
     def restore(
         cls, config: ControllerConfig, policy: Policy, data: Mapping[str, Any], *, now: float
     ) -> tuple[Controller, Decision]:
-        """Continue from ``to_json`` output; malformed data raises ValueError naming the fault.
-
-        A stored cap outside the current bounds is brought inside them, and the decision says
-        so. A pin that lapsed unnoticed is kept until the next input, which reports its expiry
-        exactly as the stored controller would have.
-        """
-        state = ControllerState.from_json(data)
-        if state.policy != policy.name:
-            raise ValueError(f"stored state is policy {state.policy!r}, not {policy.name!r}")
-        try:
-            policy.load_json(state.policy_state)
-        except KeyError as missing:
-            raise ValueError(f"stored policy state lacks field {missing}") from None
-        except (TypeError, ValueError) as bad:
-            raise ValueError(f"stored policy state is malformed: {bad}") from None
+        """Continue from ``to_json`` output (the rules are ``control_state.resume``'s); the
+        stall clock starts now."""
+        kept, note = resume(config, policy, data, now=now)
         ctl = cls(config, policy)
-        ctl._level = ctl._bounded(state.level)
-        ctl._bootstrapped = state.bootstrapped
-        ctl._drain = DrainLatch(
-            holding=state.draining, polls_since_release=state.polls_since_release
-        )
-        ctl._turnover = state.turnover
-        if state.pin is not None:
-            until = now + max(0.0, state.pin.remaining)
-            ctl._overrides.pin = Pin(int(ctl._bounded(state.pin.cap)), until)
-        note = "" if ctl._level == state.level else f" (stored level {state.level:g} out of bounds)"
+        ctl._level, ctl._bootstrapped, ctl._turnover = kept.level, kept.bootstrapped, kept.turnover
+        ctl._drain, ctl._overrides.pin = kept.drain, kept.pin
+        ctl._freshness = Freshness(config.poll_ttl, since=now)
         reason = f"Continued at concurrency {ctl.cap} from stored state{note}"
-        return ctl, ctl._record(DecisionKind.RESTORE, Cause.RESTORED, now, ctl.cap, reason)
+        return ctl, ctl._moment(now).record(DecisionKind.RESTORE, Cause.RESTORED, ctl.cap, reason)
 
     # -- rules -----------------------------------------------------------------------------
 
     def _bootstrap(self, poll: PollSummary, now: float) -> tuple[Decision, ...]:
-        cfg = self.config
-        before = self._policy_cap()
-        if cfg.initial_inflight is not None:
-            detail = f"initial_inflight {cfg.initial_inflight}"
-        elif poll.kv_capacity_tokens and poll.max_model_len:
-            episode = poll.max_model_len
-            if cfg.episode_token_budget is not None:
-                episode = min(episode, cfg.episode_token_budget)
-            self._level = self._bounded(float(poll.kv_capacity_tokens // episode))
-            detail = f"KV {poll.kv_capacity_tokens} tokens / {episode} tokens per episode"
-        else:
+        start = self._start.derive(poll, now)
+        if start is None:
             return ()
-        self._bootstrapped = True
-        return (self._decide(DecisionKind.BOOTSTRAP, Cause.START, now, detail, before=before),)
+        before, (level, detail) = self._policy_cap(), start
+        self._level, self._bootstrapped = self._bounded(level), True
+        moment = self._moment(now)
+        return (moment.policy_record(DecisionKind.BOOTSTRAP, Cause.START, detail, before=before),)
+
+    def _release_drain(self, reading: Reading, now: float) -> tuple[Decision, ...]:
+        acting = not self._observed and self._overrides.pin is None
+        detail = self._drain.release(
+            hard=reading.hard,
+            inflight=self._inflight,
+            cap=self._policy_cap(),
+            stuck_polls=self.config.drain_stuck_polls,
+            shadow=not acting,
+        )
+        if detail is None:
+            return ()
+        return (self._moment(now).policy_record(DecisionKind.DRAIN_RELEASE, Cause.DRAINED, detail),)
 
     def _check_stall(self, now: float) -> tuple[Decision, ...]:
-        age = self._freshness.stalled_for(now)
-        if age is None:
+        detail = self._freshness.freeze_if_stalled(now)
+        return () if detail is None else (self._stale_freeze(now, detail),)
+
+    def _check_requests(self, poll: PollSummary, now: float) -> tuple[Decision, ...]:
+        reason = self._requests.observe(poll.engine_requests, self._inflight)
+        if reason is None:
             return ()
-        return (
-            self._stale_freeze(
-                now, f"no complete poll for {age:.1f} s (ttl {self.config.poll_ttl:g} s)"
-            ),
-        )
+        kind, cause = DecisionKind.RECONCILE, Cause.REQUESTS_OVER_PERMITS
+        return (self._moment(now).record(kind, cause, self.cap, reason, alert=True),)
 
     def _stale_freeze(self, now: float, detail: str) -> Decision:
-        return self._decide(DecisionKind.STALE_FREEZE, Cause.STALE, now, detail, alert=True)
+        kind, cause = DecisionKind.STALE_FREEZE, Cause.STALE
+        return self._moment(now).policy_record(kind, cause, detail, alert=True)
 
     def _apply(self, proposal: Proposal, now: float) -> Decision:
         before = self._policy_cap()
         self._level = self._bounded(min(self._level, proposal.level))
         cut = proposal.kind is DecisionKind.CUT
+        self._cuts, self._trims = self._cuts + cut, self._trims + (not cut)
         if cut:
             self._drain.set()
-            self._cuts += 1
-        else:
-            self._trims += 1
         pinned = self._overrides.pin is not None
-        shed = 0
-        if proposal.shed and not pinned:
-            shed = max(0, self._inflight - self._policy_cap())
-        return self._decide(
-            proposal.kind,
-            proposal.cause,
-            now,
-            proposal.detail,
-            before=before,
-            shed=shed,
-            alert=pinned and cut,
+        acted = proposal.shed and not pinned and not self._observed
+        shed = max(0, self._inflight - self._policy_cap()) if acted else 0
+        kind, cause, detail = proposal.kind, proposal.cause, proposal.detail
+        moment = self._moment(now)
+        return moment.policy_record(
+            kind, cause, detail, before=before, shed=shed, alert=pinned and cut
         )
 
     def _may_grow(self, completion: EpisodeCompletion, now: float) -> bool:
@@ -310,72 +288,40 @@ class Controller:
         if lapsed is None:
             return ()
         reason = f"Pin expired: concurrency {lapsed.cap} -> {self.cap}"
-        return (self._record(DecisionKind.PIN_EXPIRED, Cause.PIN_EXPIRED, now, lapsed.cap, reason),)
+        kind, cause = DecisionKind.PIN_EXPIRED, Cause.PIN_EXPIRED
+        return (self._moment(now).record(kind, cause, lapsed.cap, reason),)
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _record_growth(self, now: float) -> tuple[Decision, ...]:
+        return self._grow_log.record(self._moment(now))
+
+    def _command(self, kind: DecisionKind, now: float, before: int, reason: str) -> Decision:
+        """An operator's decision; it takes in growth not yet on record, and says so."""
+        start = self._grow_log.take()
+        grown = "" if start is None else f"; policy cap had grown from {start} unrecorded"
+        return self._moment(now).record(kind, Cause.OPERATOR, before, reason + grown)
+
+    def _moment(self, now: float) -> Moment:
+        pin = self._overrides.pin
+        return Moment(
+            at=now,
+            reading=self._reading,
+            inflight=self._inflight,
+            turnover=self._turnover,
+            growth=self._growth,
+            policy_cap=self._policy_cap(),
+            pin_cap=None if pin is None else pin.cap,
+        )
 
     # -- helpers ---------------------------------------------------------------------------
 
     def _view(self) -> PoolView:
         since = self._drain.polls_since_release
-        return PoolView(self._level, self._inflight, since, self._turnover)
+        return PoolView(self._level, self._inflight, since, self._turnover, self._drain.holding)
 
     def _policy_cap(self) -> int:
         return int(self._bounded(math.floor(self._level + 1e-9)))
 
     def _bounded(self, level: float) -> float:
         return min(float(self.config.max_inflight), max(float(self.config.min_inflight), level))
-
-    def _decide(
-        self,
-        kind: DecisionKind,
-        cause: Cause,
-        now: float,
-        detail: str,
-        *,
-        before: int | None = None,
-        shed: int = 0,
-        alert: bool = False,
-    ) -> Decision:
-        """A decision of the policy's: the reason speaks of the policy's cap ``before`` ->
-        now, and names the pin when one holds the real cap."""
-        policy_before = self._policy_cap() if before is None else before
-        reason = change_reason(policy_before, self._policy_cap(), cause, detail)
-        pin = self._overrides.pin
-        if pin is None:
-            return self._record(kind, cause, now, policy_before, reason, shed=shed, alert=alert)
-        reason = f"Pinned at {pin.cap} by operator; policy: {reason}"
-        return self._record(
-            kind, cause, now, pin.cap, reason, shed=shed, alert=alert, shadow=policy_before
-        )
-
-    def _record(
-        self,
-        kind: DecisionKind,
-        cause: Cause,
-        now: float,
-        cap_before: int,
-        reason: str,
-        *,
-        shed: int = 0,
-        alert: bool = False,
-        shadow: int | None = None,
-    ) -> Decision:
-        """Any decision; while pinned, the shadow fields carry the policy's cap (``shadow`` is
-        its value before, when it changed)."""
-        pinned = self._overrides.pin is not None
-        reading = self._reading
-        figures: dict[str, float] = dict(reading.figures) if reading is not None else {}
-        figures.update(inflight=self._inflight, turnover=self._turnover, growth=self._growth)
-        return Decision(
-            at=now,
-            kind=kind,
-            cause=cause,
-            signal=Signal.UNKNOWN if reading is None else reading.signal,
-            cap_before=cap_before,
-            cap_after=self.cap,
-            reason=reason,
-            shed=shed,
-            shadow_before=(self._policy_cap() if shadow is None else shadow) if pinned else None,
-            shadow_after=self._policy_cap() if pinned else None,
-            alert=alert,
-            figures=figures,
-        )

@@ -21,6 +21,12 @@ class ControllerConfig:
     episode_token_budget: int | None = None  # caps tokens per episode in the derived start
     poll_ttl: float = 15.0  # prime-rl: no growth once the last complete poll is older (s)
     binding_fraction: float = 0.9  # prime-rl: grow only when in-flight >= this x cap
+    start_wait: float = 60.0  # s a derived start waits for every engine: 12 polls of 5 s
+    over_permit_polls: int = 6  # polls of requests over permits before an alert: as queue_polls
+    # Pacer: hard polls with the pool already at the cap that end a drain, so a cut too shallow
+    # for the engines can be followed by another (the reference's latch then holds forever,
+    # seen on real vLLM); 0 keeps the reference's latch exactly.
+    drain_stuck_polls: int = 3
 
     def __post_init__(self) -> None:
         check_range("min_inflight", self.min_inflight, 1, MAX_CAP)
@@ -33,6 +39,9 @@ class ControllerConfig:
             raise ValueError(f"poll_ttl must be finite, got {self.poll_ttl}")
         check_range("poll_ttl", self.poll_ttl, 0.001, 86_400.0)
         check_range("binding_fraction", self.binding_fraction, 0.01, 1.0)
+        check_range("start_wait", self.start_wait, 0.0, 3600.0)
+        check_range("over_permit_polls", self.over_permit_polls, 1, 1000)
+        check_range("drain_stuck_polls", self.drain_stuck_polls, 0, 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +77,7 @@ class ControllerStats:
     draining: bool
     frozen: bool  # growth frozen on stale metrics
     engine_requests: int  # running + waiting on the fresh engines
-    untracked_requests: int  # engine requests beyond the permits: leaked, never aborted
+    engine_requests_over_permits: int  # engine requests beyond the permits: nobody owns them
     cuts: int
     trims: int
     suppressed_cuts: int  # hard polls ignored during a drain

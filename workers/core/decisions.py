@@ -42,6 +42,7 @@ class Cause(StrEnum):
     STALE = "stale"  # metrics missing or too old to act on
     FRESH = "fresh"  # metrics complete and recent again
     OPERATOR = "operator"  # an operator command
+    REQUESTS_OVER_PERMITS = "requests over permits"  # engines hold requests no episode owns
     PIN_EXPIRED = "pin expired"  # an operator pin reached its time limit
 
 
@@ -60,6 +61,7 @@ class DecisionKind(StrEnum):
     PIN_EXPIRED = "pin-expired"  # a pin's time limit passed
     STALE_FREEZE = "stale-freeze"  # metrics missing or too old: the cap is held
     STALE_THAW = "stale-thaw"  # metrics fresh again: adaptation resumes
+    RECONCILE = "reconcile"  # engine requests and permits disagree: the cap holds, an alert
 
 
 @dataclass(frozen=True, slots=True)

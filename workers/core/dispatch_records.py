@@ -37,8 +37,9 @@ class DispatcherStats:
     inflight_eval: int
     pending_episodes: int  # queued, not yet admitted
     open_groups: int  # groups with pending or live episodes
-    pacing_net: int  # net admissions in the current pacing window
-    pacing_budget: int  # net admissions allowed per window at this cap
+    pacing_paid: int  # paid admissions in the current pacing window
+    pacing_credits: int  # free replacements banked by completions, not yet spent
+    pacing_budget: int  # paid admissions allowed per window at this cap
     healthy_engines: int
     inflight_by_engine: dict[str, int]
     policy_version: int

@@ -13,13 +13,12 @@ vLLM aborts a request whose client disconnects, freeing its KV.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Generic
 
 from workers.core.clock import Clock
+from workers.core.dispatch_groups import Group, GroupQueue, LiveEpisode
 from workers.core.dispatch_records import DispatcherConfig, DispatcherStats, ShedReport
 from workers.core.episodes import (
     CancelReason,
@@ -30,38 +29,11 @@ from workers.core.episodes import (
     R,
 )
 from workers.core.pacing import AdmissionPacer
-from workers.core.permits import EpisodeKind, Permit, PermitLedger, PermitOutcome
+from workers.core.permits import EpisodeKind, PermitLedger, PermitOutcome
 from workers.core.tallies import Tallies
 
 RunEpisode = Callable[[EpisodeTicket[P], str], Coroutine[Any, Any, R]]
 OnFinished = Callable[[FinishedEpisode[P, R]], None]
-
-
-@dataclass(slots=True, eq=False)
-class _Live:
-    ticket: EpisodeTicket[Any]
-    permit: Permit
-    started_at: float
-    task: asyncio.Task[Any] | None = None
-    cancel_reason: CancelReason | None = None
-
-
-@dataclass(slots=True, eq=False)
-class _Group:
-    spec: GroupSpec[Any]
-    order: int  # submission order, to break ties between groups of equal age
-    engine_id: str | None = None
-    next_index: int = 0
-    closed: bool = False
-    live: dict[int, _Live] = field(default_factory=dict)
-
-    @property
-    def remaining(self) -> int:
-        return 0 if self.closed else self.spec.size - self.next_index
-
-    def age_key(self) -> tuple[float, int]:
-        """A group's age is its oldest live member's start."""
-        return (min(live.started_at for live in self.live.values()), self.order)
 
 
 class Dispatcher(Generic[P, R]):
@@ -89,10 +61,7 @@ class Dispatcher(Generic[P, R]):
         self._ledger = PermitLedger()
         self._pacer = AdmissionPacer(self.config.pacing)
         self._tallies = Tallies()
-        self._groups: dict[str, _Group] = {}
-        self._fresh: deque[_Group] = deque()
-        self._continuing: dict[str, _Group] = {}
-        self._order = 0
+        self._queue = GroupQueue()
         self._policy_version = 0
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
@@ -111,44 +80,39 @@ class Dispatcher(Generic[P, R]):
         """Queue a group; False when it is already too far behind the policy to be worth it."""
         if self._closed:
             raise RuntimeError("dispatcher is closed; no group can be submitted")
-        if spec.group_id in self._groups:
+        if spec.group_id in self._queue:
             raise ValueError(f"group {spec.group_id!r} is already queued or running")
+        _running_loop()
         if self._too_old(spec):
             return False
-        self._order += 1
-        group = _Group(spec, self._order)
-        self._groups[spec.group_id] = group
-        self._fresh.append(group)
+        self._queue.add(spec)
         self._refill()
         return True
 
     def set_cap(self, cap: int) -> None:
         """A new cap: a higher one admits more now; a lower one only stops admission."""
-        self._cap = _checked_cap(cap)
+        checked = _checked_cap(cap)
+        _running_loop()
+        self._cap = checked
         self._refill()
 
     def set_engines(self, healthy: Iterable[str]) -> None:
         """The engines new groups may go to; groups on an engine that left are re-routed."""
-        self._healthy = tuple(healthy)
+        engines = tuple(healthy)
+        _running_loop()
+        self._healthy = engines
         self._refill()
 
     def shed(self, count: int) -> ShedReport:
         """Cancel whole train groups, youngest first, until ``count`` live episodes are cut.
 
         At most one group more than needed is touched, so at most ``count`` + that group's
-        size - 1 episodes are cancelled. Eval groups are never shed: an eval wave is a
-        measurement, and a partial one measures nothing.
+        size - 1 episodes are cancelled. Eval groups are never shed (``GroupQueue.victims``).
         """
         if count < 0:
             raise ValueError(f"shed count must be >= 0, got {count}")
-        victims = [
-            g
-            for g in self._groups.values()
-            if g.spec.kind is EpisodeKind.TRAIN and not g.closed and g.live
-        ]
-        victims.sort(key=_Group.age_key, reverse=True)
         cancelled, groups = 0, []
-        for group in victims:
+        for group in self._queue.victims():
             if cancelled >= count:
                 break
             cancelled += self._close(group, CancelReason.SHED)
@@ -163,24 +127,25 @@ class Dispatcher(Generic[P, R]):
         if version < self._policy_version:
             raise ValueError(f"policy version went back from {self._policy_version} to {version}")
         self._policy_version = version
-        stale = [g for g in self._groups.values() if not g.closed and self._too_old(g.spec)]
+        stale = self._queue.open_where(self._too_old)
         for group in stale:
             self._close(group, CancelReason.OFF_POLICY)
         return tuple(g.spec.group_id for g in stale)
 
     def stats(self) -> DispatcherStats:
         now = self._clock.now()
-        next_size = self._next_group()
-        group_size = next_size.spec.size if next_size is not None else 1
+        next_group = self._queue.next()
+        group_size = next_group.spec.size if next_group is not None else 1
         return DispatcherStats(
             at=now,
             cap=self._cap,
             inflight=self._ledger.inflight,
             inflight_train=self._ledger.inflight_of(EpisodeKind.TRAIN),
             inflight_eval=self._ledger.inflight_of(EpisodeKind.EVAL),
-            pending_episodes=sum(g.remaining for g in self._groups.values()),
-            open_groups=len(self._groups),
-            pacing_net=self._pacer.net(now),
+            pending_episodes=self._queue.pending_episodes,
+            open_groups=len(self._queue),
+            pacing_paid=self._pacer.paid(now),
+            pacing_credits=self._pacer.credits,
             pacing_budget=self._pacer.budget(self._cap, group_size),
             healthy_engines=len(self._healthy),
             inflight_by_engine=self._ledger.engines(),
@@ -189,12 +154,15 @@ class Dispatcher(Generic[P, R]):
         )
 
     async def aclose(self) -> None:
-        """Cancel every episode, wait for them to end, and refuse new work."""
+        """Cancel every episode and the pacing timer, wait for them all to end, and refuse new
+        work. An episode already cancelled (shed, off-policy) keeps that reason."""
         self._closed = True
+        groups = self._queue.groups()
+        tasks = [live.task for g in groups for live in g.live.values() if live.task]
         if self._timer is not None:
             self._timer.cancel()
-        tasks = [live.task for g in self._groups.values() for live in g.live.values() if live.task]
-        for group in list(self._groups.values()):
+            tasks.append(self._timer)
+        for group in groups:
             self._close(group, CancelReason.CLOSED)
         # Each task's own done callback was added before gather's, so it has released the
         # permit by the time gather returns.
@@ -214,7 +182,7 @@ class Dispatcher(Generic[P, R]):
             return
         now = self._clock.now()
         while (room := self._cap - self._ledger.inflight) > 0:
-            group = self._next_group()
+            group = self._queue.next()
             if group is None:
                 return
             allowed = self._pacer.available(now, self._cap, group.spec.size)
@@ -223,37 +191,29 @@ class Dispatcher(Generic[P, R]):
                 return
             self._start(group, min(room, allowed, group.remaining), now)
 
-    def _next_group(self) -> _Group | None:
-        """Started groups first (their prefixes are cached on their engine), then FIFO."""
-        if self._continuing:
-            return next(iter(self._continuing.values()))
-        while self._fresh and self._fresh[0].closed:
-            self._fresh.popleft()
-        return self._fresh[0] if self._fresh else None
-
-    def _start(self, group: _Group, count: int, now: float) -> None:
+    def _start(self, group: Group, count: int, now: float) -> None:
         spec = group.spec
-        if group.next_index == 0:
-            self._fresh.popleft()
-            self._continuing[spec.group_id] = group
-        if group.engine_id not in self._healthy:
-            group.engine_id = min(self._healthy, key=self._ledger.inflight_on)
+        loop = _running_loop()
         engine = group.engine_id
-        assert engine is not None
-        loop = asyncio.get_running_loop()
-        for index in range(group.next_index, group.next_index + count):
+        if engine is None or engine not in self._healthy:
+            engine = group.engine_id = min(self._healthy, key=self._ledger.inflight_on)
+        for index in self._queue.admit(group, count):
             ticket = EpisodeTicket(
                 spec.group_id, index, spec.kind, spec.env, spec.policy_version, spec.payloads[index]
             )
-            live = _Live(ticket, self._ledger.issue(spec.kind, engine, now), now)
+            live = LiveEpisode(ticket, self._ledger.issue(spec.kind, engine, now), now)
             group.live[index] = live
-            live.task = loop.create_task(self._run_episode(ticket, engine))
+            live.task = loop.create_task(self._episode(ticket, engine))
             live.task.add_done_callback(partial(self._finish, group, live))
             self._tallies.admitted(spec.kind, spec.env, engine)
-        group.next_index += count
         self._pacer.admit(now, count)
-        if group.remaining == 0:
-            del self._continuing[spec.group_id]
+
+    async def _episode(self, ticket: EpisodeTicket[P], engine: str) -> R:
+        """The episode's own task. Calling the run-episode callable inside it means that one
+        that raises at once (not a coroutine function, or a bad payload) fails this episode
+        like any other error, through ``_finish``, instead of escaping mid-admission with a
+        permit issued and no task to return it."""
+        return await self._run_episode(ticket, engine)
 
     def _arm_timer(self) -> None:
         if self._timer is not None and not self._timer.done():
@@ -269,7 +229,7 @@ class Dispatcher(Generic[P, R]):
 
     # -- endings ---------------------------------------------------------------------------
 
-    def _finish(self, group: _Group, live: _Live, task: asyncio.Task[Any]) -> None:
+    def _finish(self, group: Group, live: LiveEpisode, task: asyncio.Task[Any]) -> None:
         """Done callback, not a ``finally``: a task cancelled before its first step never runs
         its body, and its permit must come back all the same."""
         now = self._clock.now()
@@ -283,13 +243,15 @@ class Dispatcher(Generic[P, R]):
         else:
             outcome = PermitOutcome.COMPLETED
             result = task.result()
-            self._pacer.refund()
+            if pool <= self._cap:
+                # Its slot will be refilled: the replacement is free. Above the cap the pool is
+                # draining, the slot is not refilled, and a credit banked now would pay for a
+                # burst whenever the cap rose again.
+                self._pacer.refund()
         live.permit.release(outcome)
         ticket = live.ticket
         self._tallies.ended(ticket.kind, ticket.env, live.permit.engine_id, outcome, reason)
-        del group.live[ticket.index]
-        if not group.live and group.remaining == 0:
-            self._groups.pop(ticket.group_id, None)
+        self._queue.ended(group, ticket.index)
         finished = FinishedEpisode(
             ticket,
             live.permit.engine_id,
@@ -306,17 +268,15 @@ class Dispatcher(Generic[P, R]):
         finally:
             self._refill()
 
-    def _close(self, group: _Group, reason: CancelReason) -> int:
-        """Close a group: no more admissions, its live episodes cancelled. Returns how many."""
-        group.closed = True
-        self._continuing.pop(group.spec.group_id, None)
+    def _close(self, group: Group, reason: CancelReason) -> int:
+        """Close a group: no more admissions, its live episodes cancelled (an episode already
+        cancelled keeps its first reason). Returns how many were cancelled now."""
         cancelled = 0
         for live in group.live.values():
-            if live.task is not None and live.task.cancel():
+            if live.cancel_reason is None and live.task is not None and live.task.cancel():
                 live.cancel_reason = reason
                 cancelled += 1
-        if not group.live:
-            self._groups.pop(group.spec.group_id, None)
+        self._queue.close(group)
         return cancelled
 
     def _too_old(self, spec: GroupSpec[Any]) -> bool:
@@ -324,6 +284,17 @@ class Dispatcher(Generic[P, R]):
             spec.kind is EpisodeKind.TRAIN
             and self._policy_version - spec.policy_version > self.config.max_off_policy_steps
         )
+
+
+def _running_loop() -> asyncio.AbstractEventLoop:
+    """Admission creates tasks at once, so it needs the running loop; checked before any change
+    so that a call from outside it loses nothing."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "the dispatcher admits episodes as tasks: call it from inside a running event loop"
+        ) from None
 
 
 def _checked_cap(cap: int) -> int:

@@ -13,10 +13,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from workers.core.concurrency import Controller
-from workers.core.control_records import ControllerConfig, ControllerStats, EpisodeCompletion
+from workers.core.control_records import (
+    MAX_CAP,
+    ControllerConfig,
+    ControllerStats,
+    EpisodeCompletion,
+)
 from workers.core.decisions import Cause, Decision, DecisionKind
 from workers.core.policies.base import Policy
 from workers.core.samples import LoadSample
+from workers.core.validation import check_cap
 
 
 class CommandRejected(ValueError):
@@ -27,6 +33,7 @@ class ObserveOnly:
     """Same inputs and outputs as ``Controller``; only the start cap and ``set`` apply."""
 
     def __init__(self, inner: Controller) -> None:
+        inner.observe_only()
         self._inner = inner
         self._applied: int | None = None
 
@@ -49,9 +56,7 @@ class ObserveOnly:
 
     def set(self, cap: int, *, now: float) -> Decision:
         """Move the real cap; the shadow policy keeps its own opinion."""
-        low, high = self._inner.config.min_inflight, self._inner.config.max_inflight
-        if isinstance(cap, bool) or not isinstance(cap, int) or not low <= cap <= high:
-            raise ValueError(f"cap must be an integer in [{low}, {high}], got {cap!r}")
+        check_cap(cap, self._inner.config.min_inflight, self._inner.config.max_inflight)
         before = self.cap
         self._applied = cap
         shadow = self._inner.cap
@@ -84,6 +89,10 @@ class ObserveOnly:
     def restore(
         cls, config: ControllerConfig, policy: Policy, data: Mapping[str, Any], *, now: float
     ) -> tuple[ObserveOnly, Decision]:
+        """Continue from ``to_json`` output. A stored applied cap outside the current bounds is
+        brought inside them, as the shadow's cap is, and the decision says so."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"stored observe-only state must be an object, got {data!r}")
         try:
             inner, decision = Controller.restore(config, policy, data["shadow"], now=now)
             applied = data["observe_applied"]
@@ -91,7 +100,12 @@ class ObserveOnly:
             raise ValueError(f"stored observe-only state lacks field {missing}") from None
         wrapper = cls(inner)
         if applied is not None:
-            wrapper.set(int(applied), now=now)
+            low, high = config.min_inflight, config.max_inflight
+            check_cap(applied, 1, MAX_CAP, "observe_applied")
+            wrapper._applied = min(high, max(low, applied))
+            if wrapper._applied != applied:
+                note = f" (stored applied cap {applied} out of bounds)"
+                decision = dataclasses.replace(decision, reason=decision.reason + note)
         return wrapper, wrapper._observe(decision)
 
     def _observed(self, decisions: tuple[Decision, ...]) -> tuple[Decision, ...]:

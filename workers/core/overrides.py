@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from workers.core.validation import check_cap
+
 
 @dataclass(frozen=True, slots=True)
 class Pin:
@@ -25,8 +27,7 @@ class Overrides:
         self.pin: Pin | None = None
 
     def check_cap(self, cap: int) -> None:
-        if isinstance(cap, bool) or not isinstance(cap, int) or not self.low <= cap <= self.high:
-            raise ValueError(f"cap must be an integer in [{self.low}, {self.high}], got {cap!r}")
+        check_cap(cap, self.low, self.high)
 
     def hold(self, cap: int, ttl: float, now: float) -> None:
         """Pin ``cap`` for ``ttl`` seconds; bad input raises ValueError and changes nothing."""
@@ -40,11 +41,13 @@ class Overrides:
         held, self.pin = self.pin, None
         return held
 
+    def due(self, now: float) -> bool:
+        """Whether a pin is held and its time is up."""
+        return self.pin is not None and now >= self.pin.until
+
     def lapse(self, now: float) -> Pin | None:
         """End the pin if its time is up; returns it when it just lapsed."""
-        if self.pin is None or now < self.pin.until:
-            return None
-        return self.drop()
+        return self.drop() if self.due(now) else None
 
     def seconds_left(self, now: float) -> float | None:
         return None if self.pin is None else max(0.0, self.pin.until - now)

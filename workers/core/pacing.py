@@ -1,10 +1,12 @@
-"""Admission pacing: how many net new episodes may start in the current window.
+"""Admission pacing: how many new episodes may start in the current window.
 
-A raised cap must not land a wall of prefills on the engines at once, so net admissions per
-window are bounded by max(group size, a fraction of the cap). Net means that a natural
-completion refunds an admission: replacing a finished episode is free, so steady turnover and a
-refill after a barrier are never slowed. A cancellation or a failure refunds nothing, so a mass
-shed cannot buy a burst of fresh prefills, nor a dead engine a storm of instant retries.
+A raised cap must not land a wall of prefills on the engines at once, so paid admissions per
+window are bounded by max(group size, a fraction of the cap). A natural completion whose slot
+will be refilled earns a credit that pays for its replacement: replacing a finished episode is
+free, so steady turnover and a refill after a barrier are never slowed. A cancellation or a
+failure earns nothing, so a mass shed cannot buy a burst of fresh prefills, nor a dead engine
+a storm of instant retries; neither does a completion while the pool drains above the cap
+(the dispatcher decides which completions refund).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from workers.core.validation import check_range
 @dataclass(frozen=True, slots=True)
 class PacingConfig:
     window: float = 5.0  # prime-rl: admissions are paced per 5 s
-    cap_fraction: float = 0.1  # prime-rl: at most cap / 10 net new episodes per window
+    cap_fraction: float = 0.1  # prime-rl: at most cap / 10 paid new episodes per window
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.window):
@@ -29,7 +31,7 @@ class PacingConfig:
 
 
 class AdmissionPacer:
-    """A sliding window of paid admissions, and credits earned by natural completions.
+    """A sliding window of paid admissions, and credits earned by refilled completions.
 
     A completion's credit pays for the next admission whenever that comes: a refund that
     expired with the window would charge a replacement made a moment later, and the pool
@@ -39,8 +41,8 @@ class AdmissionPacer:
 
     def __init__(self, config: PacingConfig | None = None) -> None:
         self.config = config or PacingConfig()
-        self._paid: deque[tuple[float, int]] = deque()
-        self._net = 0
+        self._window: deque[tuple[float, int]] = deque()  # (time, count) of paid admissions
+        self._paid = 0  # paid admissions within the window
         self._credits = 0
 
     def budget(self, cap: int, group_size: int) -> int:
@@ -51,15 +53,16 @@ class AdmissionPacer:
         """Admissions allowed right now: credits, then what is left of the window's budget."""
         self._expire(now)
         self._credits = min(self._credits, cap)
-        return self._credits + max(0, self.budget(cap, group_size) - self._net)
+        return self._credits + max(0, self.budget(cap, group_size) - self._paid)
 
-    def net(self, now: float) -> int:
+    def paid(self, now: float) -> int:
         """Paid admissions within the window ending now."""
         self._expire(now)
-        return self._net
+        return self._paid
 
     @property
     def credits(self) -> int:
+        """Free replacements banked by completions, not yet spent."""
         return self._credits
 
     def admit(self, now: float, count: int = 1) -> None:
@@ -69,21 +72,21 @@ class AdmissionPacer:
         free = min(count, self._credits)
         self._credits -= free
         if count > free:
-            self._paid.append((now, count - free))
-            self._net += count - free
+            self._window.append((now, count - free))
+            self._paid += count - free
 
     def refund(self) -> None:
-        """A natural completion: its replacement will not count against the window."""
+        """A natural completion whose slot will be refilled: its replacement is free."""
         self._credits += 1
 
     def next_expiry(self) -> float | None:
         """When the oldest paid admission leaves the window: the budget grows then."""
-        if not self._paid:
+        if not self._window:
             return None
-        return self._paid[0][0] + self.config.window
+        return self._window[0][0] + self.config.window
 
     def _expire(self, now: float) -> None:
         horizon = now - self.config.window
-        paid = self._paid
-        while paid and paid[0][0] <= horizon:
-            self._net -= paid.popleft()[1]
+        window = self._window
+        while window and window[0][0] <= horizon:
+            self._paid -= window.popleft()[1]

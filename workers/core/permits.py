@@ -44,10 +44,6 @@ class Permit:
         self.issued_at = issued_at
         self.outcome: PermitOutcome | None = None
 
-    @property
-    def released(self) -> bool:
-        return self.outcome is not None
-
     def release(self, outcome: PermitOutcome) -> None:
         if self.outcome is not None:
             raise PermitError(

@@ -35,6 +35,7 @@ class PollSummary:
     kv_capacity_tokens: int | None  # summed over engines in the pool that report it
     max_model_len: int | None  # the longest among engines in the pool that report it
     restarted: frozenset[str]  # engines whose counters went backwards since the previous poll
+    unready: frozenset[str]  # engines not yet up with KV capacity and max model length known
 
     @classmethod
     def from_samples(cls, samples: Iterable[LoadSample], at: float) -> PollSummary:
@@ -53,10 +54,7 @@ class PollSummary:
             max_kv_usage=max((s.kv_usage for s in fresh), default=0.0),
             running=sum(s.num_running for s in fresh),
             waiting=sum(s.num_waiting for s in fresh),
-            waiting_capacity=sum(
-                s.num_waiting if s.num_waiting_capacity is None else s.num_waiting_capacity
-                for s in fresh
-            ),
+            waiting_capacity=sum(s.capacity_waiters for s in fresh),
             preemptions=sum(s.num_preemptions for s in fresh),
             waiting_engines=frozenset(s.engine_id for s in fresh if s.num_waiting > 0),
             prefix_cache_hits=sum(s.prefix_cache_hits for s in fresh),
@@ -65,6 +63,7 @@ class PollSummary:
             kv_capacity_tokens=sum(capacities) if capacities else None,
             max_model_len=max(lengths) if lengths else None,
             restarted=frozenset(s.engine_id for s in readers if s.restarted),
+            unready=frozenset(s.engine_id for s in readers if not _ready(s)),
         )
 
     @property
@@ -78,6 +77,12 @@ class PollSummary:
         return self.fresh > 0 and self.stale == 0
 
     @property
+    def whole(self) -> bool:
+        """Complete, and every delta covers the whole interval: an engine that restarted
+        reports zero deltas for it, which is not a signal but is not a measurement either."""
+        return self.complete and not self.restarted
+
+    @property
     def engine_requests(self) -> int:
         """Requests the fresh engines hold; reconciled against the dispatcher's permits."""
         return self.running + self.waiting
@@ -87,6 +92,15 @@ class PollSummary:
         if self.prefix_cache_queries <= 0:
             return None
         return self.prefix_cache_hits / self.prefix_cache_queries
+
+
+def _ready(sample: LoadSample) -> bool:
+    """Up, and reporting what the start cap is derived from."""
+    return (
+        sample.health is EngineHealth.UP
+        and bool(sample.kv_capacity_tokens)
+        and bool(sample.max_model_len)
+    )
 
 
 def _check(samples: list[LoadSample]) -> None:

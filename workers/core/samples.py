@@ -37,7 +37,7 @@ class LoadSample:
     never make the pool look clear.
     """
 
-    engine_id: str  # endpoint name, plus "/<engine label>" for a data-parallel rank
+    engine_id: str  # endpoint name, plus "/<engine label>" when the engine labels its series
     role: EngineRole
     scraped_at: float  # clock seconds of the scrape these numbers come from
     health: EngineHealth

@@ -1,9 +1,69 @@
-"""Range checks for config fields, with messages that name the field and its valid range."""
+"""Checks with messages that name the field and its valid range: config fields, operator caps
+and values read back from stored state.
+
+Stored state is read strictly: ``bool("false")`` is True and ``int(60.7)`` is 60, so a value of
+the wrong type is refused rather than coerced into something the writer never meant.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
 
 
 def check_range(name: str, value: float, low: float, high: float) -> None:
     """Raise ValueError unless ``low <= value <= high``."""
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+
+
+def check_cap(cap: object, low: int, high: int, name: str = "cap") -> int:
+    """An operator's or a stored cap: an integer (not a bool) within the controller's bounds."""
+    if isinstance(cap, bool) or not isinstance(cap, int) or not low <= cap <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {cap!r}")
+    return cap
+
+
+def stored_bool(data: Mapping[str, Any], name: str) -> bool:
+    value = data[name]
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def stored_count(data: Mapping[str, Any], name: str) -> int:
+    """An integer >= 0."""
+    value = data[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def stored_optional_count(data: Mapping[str, Any], name: str) -> int | None:
+    """An integer >= 0, or None (stored as null)."""
+    return None if data[name] is None else stored_count(data, name)
+
+
+def stored_number(data: Mapping[str, Any], name: str, *, low: float | None = None) -> float:
+    """A finite number (an int or a float, never a string or a bool), at least ``low``."""
+    value = data[name]
+    number = _finite(value)
+    if number is None or (low is not None and number < low):
+        bound = "" if low is None else f" >= {low:g}"
+        raise ValueError(f"{name} must be a finite number{bound}, got {value!r}")
+    return number
+
+
+def stored_optional_number(
+    data: Mapping[str, Any], name: str, *, low: float | None = None
+) -> float | None:
+    """A finite number at least ``low``, or None (stored as null)."""
+    return None if data[name] is None else stored_number(data, name, low=low)
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None

@@ -73,6 +73,33 @@ def test_f5_start_cap_is_derived_once_not_every_poll() -> None:
     assert len(seen) == 1
 
 
+def test_start_waits_until_every_decode_engine_is_up_and_reports() -> None:
+    ctl = Controller(ControllerConfig(), ReferencePolicy())
+    d0 = sample("d0", role=EngineRole.DECODE, capacity=100_000)
+    late = sample("d1", role=EngineRole.DECODE, health=EngineHealth.DOWN, capacity=None)
+    assert ctl.on_poll([d0, late], inflight=0, now=0.0) == ()
+    assert ctl.cap == 1
+    d1 = sample("d1", role=EngineRole.DECODE, capacity=100_000)
+    (boot,) = ctl.on_poll([d0, d1], inflight=0, now=5.0)
+    assert (boot.kind, ctl.cap) == (DecisionKind.BOOTSTRAP, 200)
+
+
+def test_start_is_derived_from_the_engines_that_reported_once_the_wait_is_over() -> None:
+    ctl = Controller(ControllerConfig(start_wait=30.0), ReferencePolicy())
+    polled = [
+        sample("a", capacity=100_000),
+        sample("b", health=EngineHealth.STALE, capacity=100_000),
+        sample("c", health=EngineHealth.DOWN, capacity=None, max_model_len=None),
+    ]
+    for t in range(0, 30, 5):
+        assert DecisionKind.BOOTSTRAP not in kinds(ctl.on_poll(polled, inflight=0, now=float(t)))
+    (boot,) = [
+        d for d in ctl.on_poll(polled, inflight=0, now=30.0) if d.kind is DecisionKind.BOOTSTRAP
+    ]
+    assert ctl.cap == 200  # the stale engine's capacity counts; the down one has none
+    assert "b, c" in boot.reason
+
+
 def test_start_is_clamped_into_the_bounds() -> None:
     ctl = Controller(ControllerConfig(max_inflight=64), ReferencePolicy())
     ctl.on_poll([sample(capacity=10_000_000)], inflight=0, now=0.0)
@@ -140,6 +167,43 @@ def test_no_growth_while_draining() -> None:
     assert ctl.cap == 80
 
 
+def test_growth_is_recorded_at_most_once_per_poll_interval_while_the_cap_moves_each_time() -> None:
+    ctl = controller(start=1000, max_inflight=2000)
+    grows, caps = [], set()
+    for _ in range(1000):
+        grows += complete(ctl, 1, now=1.0)
+        caps.add(ctl.cap)
+    assert len(caps) > 200  # the cap moved with the completions...
+    assert [(d.kind, d.cap_before, d.cap_after) for d in grows] == [
+        (DecisionKind.GROW, 1000, 1001)  # ...and only its first step went on record at once
+    ]
+    grown = ctl.cap
+    (summary,) = ctl.on_poll(CLEAR, inflight=grown, now=5.0)
+    assert (summary.kind, summary.cap_before, summary.cap_after) == (DecisionKind.GROW, 1001, grown)
+    assert complete(ctl, 100, now=6.0) == []  # the poll's record was this interval's one
+    (summary,) = ctl.on_poll(CLEAR, inflight=ctl.cap, now=10.0)
+    assert (summary.cap_before, summary.cap_after) == (grown, ctl.cap)
+
+
+def test_growth_not_yet_recorded_goes_on_record_before_the_next_decision() -> None:
+    ctl = controller(start=100)
+    complete(ctl, 100, now=1.0)
+    grown = ctl.cap
+    (grow, cut) = ctl.on_poll(PREEMPT, inflight=grown, now=5.0)
+    assert (grow.kind, grow.cap_before, grow.cap_after) == (DecisionKind.GROW, 101, grown)
+    assert (cut.kind, cut.cap_before, cut.cap_after) == (DecisionKind.CUT, grown, int(0.8 * grown))
+
+
+def test_an_operator_command_says_what_growth_it_takes_in() -> None:
+    ctl = controller(start=100)
+    complete(ctl, 50, now=1.0)  # 100 -> 101 on record at once, the rest of the way not yet
+    grown = ctl.cap
+    pin = ctl.pin(200, 60.0, now=2.0)
+    assert (pin.cap_before, pin.cap_after) == (grown, 200)
+    assert pin.reason.endswith("(operator); policy cap had grown from 101 unrecorded")
+    assert ctl.on_poll(CLEAR, inflight=200, now=5.0) == ()  # the pin took the growth in
+
+
 @pytest.mark.parametrize("policy", [ReferencePolicy, PacerPolicy])
 def test_f2_sustained_mild_overload_never_raises_the_cap(policy) -> None:
     ctl = controller(policy(), start=200)
@@ -151,6 +215,12 @@ def test_f2_sustained_mild_overload_never_raises_the_cap(policy) -> None:
         caps.append(ctl.cap)
     assert caps == sorted(caps, reverse=True)
     assert caps[-1] <= 200
+
+
+def test_growth_when_the_pool_is_exactly_the_binding_fraction_of_the_cap() -> None:
+    ctl = controller(start=100)
+    complete(ctl, 5, now=1.0, pool=90)  # 90 = 0.9 x 100 binds: 1.25 ** (5 / 90) passes 101
+    assert ctl.cap == 101
 
 
 def test_no_growth_when_the_cap_does_not_bind() -> None:
@@ -172,8 +242,8 @@ def test_f8_no_growth_once_the_last_good_poll_is_older_than_the_ttl() -> None:
     assert complete(ctl, 10, now=14.9)  # 15 s TTL not reached yet: grows
     cap = ctl.cap
     frozen = complete(ctl, 200, now=15.0)
-    assert kinds(frozen) == [DecisionKind.STALE_FREEZE]
-    assert frozen[0].alert
+    assert kinds(frozen) == [DecisionKind.GROW, DecisionKind.STALE_FREEZE]
+    assert (frozen[0].cap_after, frozen[1].alert) == (cap, True)
     assert ctl.cap == cap
     thaw = ctl.on_poll(CLEAR, inflight=cap, now=16.0)
     assert kinds(thaw) == [DecisionKind.STALE_THAW]
@@ -222,18 +292,55 @@ def test_f4_repeated_preemption_deltas_during_drain_do_not_cut_again() -> None:
     assert ctl.make_stats(30.0).suppressed_cuts == 28
 
 
-def test_f3_signals_from_before_a_cut_do_not_trigger_another_cut() -> None:
+def test_a_cut_too_shallow_for_the_engines_is_followed_by_another_after_stuck_polls() -> None:
+    """The pool sits at the cut cap and the engines still preempt: the cap is the cause."""
+    ctl = controller(start=100)
+    (cut,) = ctl.on_poll(PREEMPT, inflight=100, now=1.0)
+    assert cut.cap_after == 80
+    assert ctl.on_poll(PREEMPT, inflight=80, now=2.0) == ()
+    assert ctl.on_poll(PREEMPT, inflight=80, now=3.0) == ()
+    (release,) = ctl.on_poll(PREEMPT, inflight=80, now=4.0)
+    assert release.kind is DecisionKind.DRAIN_RELEASE
+    assert "the cap itself is too high" in release.reason
+    (second,) = ctl.on_poll(PREEMPT, inflight=80, now=5.0)
+    assert (second.kind, second.cap_after, second.shed) == (DecisionKind.CUT, 40, 40)
+    assert "escalated" in second.reason
+
+
+def test_drain_stuck_polls_zero_holds_an_overloaded_cap_like_the_reference() -> None:
+    ctl = controller(start=100, drain_stuck_polls=0)
+    ctl.on_poll(PREEMPT, inflight=100, now=1.0)
+    for t in range(2, 40):
+        assert ctl.on_poll(PREEMPT, inflight=80, now=float(t)) == ()
+    assert (ctl.cap, ctl.draining) == (80, True)
+
+
+def test_f3_a_queue_that_outlasts_the_drain_does_not_cut_again_right_after_release() -> None:
     ctl = controller(start=500)
     queued = [sample(running=100, waiting=60, waiting_capacity=60)]
     for t in range(1, 7):
         ctl.on_poll(queued, inflight=500, now=float(t))
-    assert ctl.make_stats(6.0).cuts == 1
-    # The pool drains, the latch releases; the queue streak from before the cut is forgotten.
-    (release,) = ctl.on_poll(CLEAR, inflight=400, now=7.0)
+    assert (ctl.make_stats(6.0).cuts, ctl.cap) == (1, 450)
+    # The backlog from before the cut stays above the ratio through the drain and after it.
+    for t in range(7, 10):
+        assert ctl.on_poll(queued, inflight=460, now=float(t)) == ()
+    (release,) = ctl.on_poll(queued, inflight=450, now=10.0)
     assert release.kind is DecisionKind.DRAIN_RELEASE
-    for t in range(8, 13):
-        assert ctl.on_poll(queued, inflight=400, now=float(t)) == ()
-    assert ctl.make_stats(13.0).cuts == 1
+    for t in range(11, 16):
+        assert ctl.on_poll(queued, inflight=450, now=float(t)) == ()
+    assert (ctl.make_stats(16.0).cuts, ctl.cap) == (1, 450)
+
+
+def test_a_queue_overload_within_6_polls_after_a_release_is_escalated_to_0_5() -> None:
+    ctl = controller(start=100)
+    ctl.on_poll(PREEMPT, inflight=100, now=1.0)
+    ctl.on_poll(CLEAR, inflight=80, now=2.0)  # release
+    queued = [sample(running=40, waiting=30, waiting_capacity=30)]
+    for t in range(3, 8):
+        assert ctl.on_poll(queued, inflight=80, now=float(t)) == ()
+    (cut,) = ctl.on_poll(queued, inflight=80, now=8.0)  # sixth poll after the release
+    assert (cut.cause, cut.cap_after, cut.shed) == (Cause.QUEUE_OVERLOAD, 40, 40)
+    assert "escalated" in cut.reason
 
 
 def test_drain_releases_only_below_the_cap_on_a_poll_that_is_not_hard() -> None:
@@ -267,6 +374,40 @@ def test_a_cut_seven_polls_after_a_release_is_not_escalated() -> None:
     assert cut.cap_after == 64
 
 
+def test_trim_between_0_8_and_0_9_stops_admission_and_sheds_nothing() -> None:
+    ctl = controller(start=100)
+    (trim,) = ctl.on_poll([sample(kv=0.85)], inflight=100, now=1.0)
+    assert (trim.kind, trim.cause, trim.signal) == (
+        DecisionKind.TRIM,
+        Cause.KV_PRESSURE,
+        Signal.SOFT,
+    )
+    assert (trim.cap_before, trim.cap_after, trim.shed) == (100, 82, 0)
+
+
+def test_trim_above_0_9_sheds_the_excess() -> None:
+    ctl = controller(start=100)
+    (trim,) = ctl.on_poll([sample(kv=0.95)], inflight=100, now=1.0)
+    assert (trim.kind, trim.cap_after, trim.shed) == (DecisionKind.TRIM, 73, 27)
+
+
+def test_a_trim_sets_no_drain_latch_so_a_preemption_still_cuts() -> None:
+    ctl = controller(start=100)
+    ctl.on_poll([sample(kv=0.85)], inflight=100, now=1.0)
+    assert not ctl.draining
+    (cut,) = ctl.on_poll(PREEMPT, inflight=100, now=2.0)
+    assert (cut.kind, cut.cap_after) == (DecisionKind.CUT, 80)
+
+
+def test_no_second_trim_within_6_polls_of_the_first() -> None:
+    ctl = controller(start=100)
+    ctl.on_poll([sample(kv=0.85)], inflight=100, now=1.0)
+    for t in range(2, 7):
+        assert ctl.on_poll([sample(kv=0.95)], inflight=82, now=float(t)) == ()
+    (trim,) = ctl.on_poll([sample(kv=0.95)], inflight=82, now=7.0)
+    assert (trim.kind, trim.cap_before, trim.cap_after) == (DecisionKind.TRIM, 82, 60)
+
+
 def test_no_trim_while_draining() -> None:
     ctl = controller(start=100)
     ctl.on_poll(PREEMPT, inflight=100, now=1.0)
@@ -275,6 +416,25 @@ def test_no_trim_while_draining() -> None:
 
 
 # -- stale metrics ---------------------------------------------------------------------------
+
+
+def test_a_new_controller_that_never_gets_a_complete_poll_says_so_after_the_ttl() -> None:
+    ctl = Controller(ControllerConfig(initial_inflight=50), ReferencePolicy())
+    partial = [sample("a"), sample("b", health=EngineHealth.STALE)]
+    ctl.on_poll(partial, inflight=0, now=0.0)
+    assert ctl.on_poll(partial, inflight=50, now=14.0) == ()
+    (frozen,) = ctl.on_poll(partial, inflight=50, now=15.0)
+    assert (frozen.kind, frozen.alert) == (DecisionKind.STALE_FREEZE, True)
+    assert ctl.on_poll(partial, inflight=50, now=20.0) == ()  # said once
+
+
+def test_a_restored_controller_whose_metrics_never_come_raises_a_stale_freeze() -> None:
+    stored = controller(start=100).to_json(now=1.0)
+    restored, _ = Controller.restore(ControllerConfig(), ReferencePolicy(), stored, now=100.0)
+    assert complete(restored, 10, now=114.9) == []
+    frozen = complete(restored, 10, now=115.0)
+    assert kinds(frozen) == [DecisionKind.STALE_FREEZE]
+    assert "no complete poll for 15.0 s" in frozen[0].reason
 
 
 def test_f10_one_stale_engine_does_not_block_the_others_decisions() -> None:
@@ -320,7 +480,25 @@ def test_f9_inflight_is_reconciled_with_engine_running_plus_waiting() -> None:
     ctl = controller(start=100)
     ctl.on_poll([sample(running=90, waiting=30, waiting_capacity=30)], inflight=100, now=1.0)
     stats = ctl.make_stats(1.0)
-    assert (stats.engine_requests, stats.untracked_requests) == (120, 20)
+    assert (stats.engine_requests, stats.engine_requests_over_permits) == (120, 20)
+
+
+def test_f9_engine_requests_over_the_permits_for_6_polls_raise_one_alert() -> None:
+    ctl = controller(start=100)
+    leaky = [sample(running=100, waiting=20, waiting_capacity=0)]
+    for t in range(1, 6):
+        assert ctl.on_poll(leaky, inflight=100, now=float(t)) == ()
+    (alert,) = ctl.on_poll(leaky, inflight=100, now=6.0)
+    assert (alert.kind, alert.cause, alert.alert) == (
+        DecisionKind.RECONCILE,
+        Cause.REQUESTS_OVER_PERMITS,
+        True,
+    )
+    assert (alert.cap_before, alert.cap_after) == (100, 100)
+    assert "120 requests" in alert.reason and "100 permits" in alert.reason
+    assert ctl.on_poll(leaky, inflight=100, now=7.0) == ()  # one alert per stretch
+    ctl.on_poll(CLEAR, inflight=100, now=8.0)
+    assert all(ctl.on_poll(leaky, inflight=100, now=t) == () for t in (9.0, 10.0, 11.0))
 
 
 # -- operator commands -----------------------------------------------------------------------
@@ -332,9 +510,23 @@ def test_pin_holds_the_cap_while_the_policy_grows_in_the_shadow() -> None:
     assert (pin.kind, pin.cap_before, pin.cap_after) == (DecisionKind.PIN, 100, 200)
     assert (pin.shadow_before, pin.shadow_after) == (100, 100)
     grew = complete(ctl, 200, now=1.0, pool=200)  # one turnover of the pinned pool
+    grew += ctl.on_poll(CLEAR, inflight=200, now=5.0)
     assert ctl.cap == 200
     assert {d.cap_after for d in grew} == {200}
-    assert grew[-1].shadow_after == ctl.make_stats(1.0).policy_cap == 125
+    assert grew[-1].shadow_after == ctl.make_stats(5.0).policy_cap == 125
+
+
+def test_a_pin_above_the_shadow_cap_leaves_the_shadow_deciding_after_a_cut() -> None:
+    ctl = controller(start=100)
+    ctl.pin(200, 300.0, now=0.5)
+    (cut,) = ctl.on_poll(PREEMPT, inflight=200, now=1.0)
+    assert (cut.kind, cut.shadow_after, ctl.draining) == (DecisionKind.CUT, 100, True)
+    # The pinned pool stays at 200, above the shadow's 100: what the shadow would have had
+    # after its cut was at most its cap, so the drain ends on the first poll that is not hard.
+    (release,) = ctl.on_poll(CLEAR, inflight=200, now=2.0)
+    assert release.kind is DecisionKind.DRAIN_RELEASE
+    complete(ctl, 100, now=3.0, pool=200)
+    assert ctl.make_stats(3.0).policy_cap > 100
 
 
 def test_a_pin_below_the_shadow_cap_starves_the_shadow_of_evidence_to_grow() -> None:

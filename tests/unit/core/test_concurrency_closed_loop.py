@@ -168,7 +168,8 @@ def log(title: str, run: Run, lines: int = 10) -> None:
     )
     notable = [d for d in run.decisions if d.kind is not DecisionKind.GROW][: lines - 3]
     grows = [d for d in run.decisions if d.kind is DecisionKind.GROW]
-    for d in sorted(grows[:2] + notable + grows[-1:], key=lambda d: d.at):
+    shown = {id(d): d for d in grows[:2] + notable + grows[-1:]}.values()
+    for d in sorted(shown, key=lambda d: d.at):
         print(f"t={d.at:6.0f}s {d.kind.value:13s} {d.reason}")
 
 

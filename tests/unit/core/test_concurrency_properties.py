@@ -109,12 +109,14 @@ def test_controller_invariants_hold_over_any_sequence(script, limits, policy, st
     ctl = Controller(config, policy())
     now = 0.0
     last_poll: tuple[float, bool] | None = None  # time and completeness of the last poll
+    interval: list[DecisionKind] = []  # what was decided since the last poll
     for event in script:
         now += event.dt
         before = ctl.make_stats(now)
         decisions: tuple[Decision, ...]
         if isinstance(event, Poll):
             decisions = ctl.on_poll(to_samples(event), inflight=event.inflight, now=now)
+            interval = []
             last_poll = (now, complete_poll(event))
             if before.draining:  # at most one cut per drain epoch
                 assert DecisionKind.CUT not in [d.kind for d in decisions]
@@ -131,6 +133,9 @@ def test_controller_invariants_hold_over_any_sequence(script, limits, policy, st
                 assert after.policy_cap <= before.policy_cap
         else:
             decisions = _command(ctl, event, now)
+        interval += [d.kind for d in decisions]
+        grows = interval.count(DecisionKind.GROW)
+        assert grows <= 1 + len(interval) - grows  # one per interval, or one per other decision
         for d in decisions:
             if d.kind in (DecisionKind.CUT, DecisionKind.TRIM):
                 assert d.cap_after <= d.cap_before

@@ -16,6 +16,9 @@ from workers.core.control_records import ControllerConfig, EpisodeCompletion, ch
         ({"episode_token_budget": 0}, "episode_token_budget"),
         ({"poll_ttl": float("inf")}, "poll_ttl"),
         ({"binding_fraction": 0.0}, "binding_fraction"),
+        ({"start_wait": -1.0}, r"start_wait must be in \[0.0, 3600.0\]"),
+        ({"start_wait": float("nan")}, "start_wait"),
+        ({"over_permit_polls": 0}, r"over_permit_polls must be in \[1, 1000\]"),
     ],
 )
 def test_config_names_the_field_and_its_range(fields, message) -> None:

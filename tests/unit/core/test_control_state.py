@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from workers.core.control_state import ControllerState, StoredPin
+from workers.core.control_records import ControllerConfig
+from workers.core.control_state import ControllerState, Kept, StoredPin, resume, save
+from workers.core.latches import DrainLatch
+from workers.core.overrides import Pin
+from workers.core.policies.pacer import PacerPolicy
+from workers.core.policies.reference import ReferencePolicy
 
 
 def state() -> ControllerState:
@@ -33,8 +38,22 @@ def test_state_survives_json() -> None:
         (lambda d: d.pop("turnover"), "lacks field 'turnover'"),
         (lambda d: d.update(level=float("nan")), "finite"),
         (lambda d: d.update(level=0), "finite"),
-        (lambda d: d.update(pin={"cap": "x", "remaining": 1}), "malformed"),
-        (lambda d: d.update(policy_state=[1, 2]), "malformed"),
+        (lambda d: d.update(pin={"cap": "x", "remaining": 1}), "pin cap"),
+        (lambda d: d.update(pin=[60, 1.0]), "pin must be"),
+        (lambda d: d.update(policy_state=[1, 2]), "policy_state must be"),
+        (lambda d: d.update(bootstrapped="false"), "bootstrapped must be true or false"),
+        (lambda d: d.update(draining=1), "draining must be true or false"),
+        (lambda d: d.update(turnover=float("nan")), "turnover must be a finite number >= 0"),
+        (lambda d: d.update(turnover=-1.0), "turnover must be a finite number >= 0"),
+        (lambda d: d.update(polls_since_release=-1), "polls_since_release must be an integer"),
+        (lambda d: d.update(polls_since_release=2.5), "polls_since_release must be an integer"),
+        (lambda d: d.update(polls_since_release=True), "polls_since_release must be an integer"),
+        (lambda d: d.update(pin={"cap": 60.7, "remaining": 1}), "pin cap must be an integer"),
+        (lambda d: d.update(pin={"cap": 0, "remaining": 1}), "pin cap must be an integer"),
+        (lambda d: d.update(pin={"cap": 6, "remaining": "soon"}), "pin remaining"),
+        (lambda d: d.update(level=float("inf")), "level must be a finite number > 0"),
+        (lambda d: d.update(level="12"), "level must be a finite number > 0"),
+        (lambda d: d.update(policy=3), "policy must be a string"),
     ],
 )
 def test_state_that_cannot_be_trusted_is_refused(mutate, message) -> None:
@@ -42,3 +61,51 @@ def test_state_that_cannot_be_trusted_is_refused(mutate, message) -> None:
     mutate(data)
     with pytest.raises(ValueError, match=message):
         ControllerState.from_json(data)
+
+
+def test_a_lapsed_pin_and_a_state_without_a_pin_are_both_valid() -> None:
+    data = state().to_json()
+    data["pin"] = {"cap": 60, "remaining": -5.0}
+    assert ControllerState.from_json(data).pin == StoredPin(60, -5.0)
+    data["pin"] = None
+    assert ControllerState.from_json(data).pin is None
+
+
+def kept() -> Kept:
+    drain = DrainLatch(holding=True, polls_since_release=4)
+    return Kept(level=123.4, bootstrapped=True, turnover=17.5, drain=drain, pin=Pin(60, 142.0))
+
+
+def test_save_and_resume_carry_the_state_across_clocks() -> None:
+    stored = json.loads(json.dumps(save(ReferencePolicy(), kept(), now=100.0)))
+    back, note = resume(ControllerConfig(), ReferencePolicy(), stored, now=5000.0)
+    assert (back.level, back.bootstrapped, back.turnover, note) == (123.4, True, 17.5, "")
+    assert (back.drain.holding, back.drain.polls_since_release) == (True, 4)
+    assert back.pin == Pin(60, 5042.0)  # 42 s were left, on the new clock
+
+
+def test_resume_brings_the_level_and_the_pin_inside_new_bounds_and_says_so() -> None:
+    stored = save(ReferencePolicy(), kept(), now=100.0)
+    back, note = resume(ControllerConfig(max_inflight=50), ReferencePolicy(), stored, now=0.0)
+    assert (back.level, back.pin) == (50.0, Pin(50, 42.0))
+    assert note == " (stored level 123.4 out of bounds; stored pin cap 60 out of bounds)"
+
+
+def test_resume_refuses_another_policys_state_and_malformed_policy_state() -> None:
+    stored = save(ReferencePolicy(), kept(), now=100.0)
+    with pytest.raises(ValueError, match="stored state is policy 'reference', not 'pacer'"):
+        resume(ControllerConfig(), PacerPolicy(), stored, now=0.0)
+    stored["policy_state"] = {"overload": {"queue_streak": 0, "waiting": []}}
+    with pytest.raises(ValueError, match="stored policy state lacks field 'polls_since_trim'"):
+        resume(ControllerConfig(), ReferencePolicy(), stored, now=0.0)
+    stored["policy_state"]["polls_since_trim"] = -4
+    with pytest.raises(ValueError, match="stored policy state is malformed: polls_since_trim"):
+        resume(ControllerConfig(), ReferencePolicy(), stored, now=0.0)
+
+
+def test_a_lapsed_pin_is_kept_until_the_next_input_reports_it() -> None:
+    lapsed = Kept(10.0, True, 0.0, DrainLatch(), Pin(8, 90.0))
+    back, _ = resume(
+        ControllerConfig(), ReferencePolicy(), save(ReferencePolicy(), lapsed, now=100.0), now=0.0
+    )
+    assert back.pin == Pin(8, 0.0)

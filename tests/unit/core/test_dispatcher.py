@@ -180,7 +180,7 @@ async def test_a_natural_completion_refunds_its_admission_but_a_cancellation_doe
     await h.settle()
     assert report.cancelled == 4
     assert h.inflight == 6  # nothing replaced the shed episodes
-    assert h.dispatcher.stats().pacing_net == 10
+    assert (h.dispatcher.stats().pacing_paid, h.dispatcher.stats().pacing_credits) == (10, 0)
 
 
 async def test_f16_refill_after_a_barrier_reaches_the_cap_in_one_go(make: MakeHarness) -> None:
@@ -197,6 +197,27 @@ async def test_f16_refill_after_a_barrier_reaches_the_cap_in_one_go(make: MakeHa
     for n in range(16):
         h.submit(f"b{n}")
     assert h.inflight == 64  # same instant, no clock advance: all 16 groups at once
+
+
+async def test_completions_above_the_cap_bank_no_credit_for_a_later_raise(
+    make: MakeHarness,
+) -> None:
+    h = make(cap=100, config=DispatcherConfig())
+    for n in range(40):
+        h.submit(f"g{n}")
+    for _ in range(10):
+        await h.advance(5.0)
+    assert h.inflight == 100
+    await h.advance(5.0)  # the last paid admissions left the window
+    h.dispatcher.set_cap(50)
+    for n in range(12):
+        h.engines.finish(f"g{n}", 0, 1, 2, 3)
+    h.engines.finish("g12", 0, 1)
+    await h.settle()
+    assert h.inflight == 50  # drained to the cap: none of these slots was refilled
+    h.dispatcher.set_cap(100)
+    await h.settle()
+    assert h.inflight == 60  # one window's budget, not a burst paid by those 50 completions
 
 
 # -- scheduling and routing ------------------------------------------------------------------
@@ -277,8 +298,9 @@ async def test_a_groups_age_is_the_start_of_its_oldest_live_member(make: MakeHar
     h.dispatcher.shed(0)
     h.submit("old2", 4)
     h.dispatcher.set_cap(5)
-    await h.settle()
-    # ...so "old2" (t=2) is younger than "mid" (t=1): it goes first.
+    # Completions above the cap banked no credit, so old2 starts when the window slides (t=5).
+    await h.advance(5.0)
+    # ...so "old2" is younger than "mid" (t=1): it goes first.
     assert h.dispatcher.shed(1).group_ids == ("old2",)
 
 
@@ -398,6 +420,91 @@ async def test_aclose_cancels_everything_and_refuses_new_work(make: MakeHarness)
     assert {f.cancel_reason for f in h.finished} == {CancelReason.CLOSED}
     with pytest.raises(RuntimeError, match="closed"):
         h.submit("late")
+
+
+async def test_aclose_waits_for_the_pacing_timer_it_cancels(make: MakeHarness) -> None:
+    h = make(cap=100, config=DispatcherConfig())
+    for n in range(10):
+        h.submit(f"g{n}")
+    await h.settle()
+    h.dispatcher.shed(100)
+    await h.settle()
+    assert h.inflight == 0  # the window is spent: the pacing timer waits for it to slide
+    await h.dispatcher.aclose()
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+
+async def test_an_episode_cancelled_twice_is_counted_under_the_first_reason(
+    make: MakeHarness,
+) -> None:
+    h = make(cap=100)
+    h.submit("g0", 2)
+    await h.settle()
+    h.dispatcher.shed(1)
+    await h.dispatcher.aclose()
+    assert {f.cancel_reason for f in h.finished} == {CancelReason.SHED}
+    assert h.dispatcher.stats().tallies == {TallyKey(TRAIN, "math", "a"): Tally(admitted=2, shed=2)}
+
+
+async def test_an_episode_whose_call_raises_at_once_fails_and_returns_its_permit() -> None:
+    engines = FakeEngines()
+    finished: list[FinishedEpisode[int, int]] = []
+
+    def run_episode(ticket: EpisodeTicket[int], engine: str) -> Any:
+        if ticket.payload == 1:
+            raise ValueError("no such environment")
+        return engines(ticket, engine)
+
+    clock = ManualClock()
+    dispatcher: Dispatcher[int, int] = Dispatcher(
+        run_episode=run_episode,
+        on_finished=finished.append,
+        clock=clock,
+        cap=4,
+        config=UNPACED,
+        engines=("a",),
+    )
+    dispatcher.submit(GroupSpec("g0", TRAIN, "math", 0, (0, 1, 2, 3)))
+    dispatcher.submit(GroupSpec("g1", TRAIN, "math", 0, (0, 0)))
+    for _ in range(6):
+        await asyncio.sleep(0)
+    (failed,) = finished
+    assert (failed.ticket.index, failed.outcome, str(failed.error)) == (
+        1,
+        PermitOutcome.FAILED,
+        "no such environment",
+    )
+    assert dispatcher.inflight == 3  # its permit came back; a failure buys no instant retry
+    clock.advance(5.0)
+    for _ in range(6):
+        await asyncio.sleep(0)
+    assert sorted(engines.running) == [("g0", 0), ("g0", 2), ("g0", 3), ("g1", 0)]
+    assert dispatcher.stats().tallies == {TallyKey(TRAIN, "math", "a"): Tally(admitted=5, failed=1)}
+    await dispatcher.aclose()
+
+
+def test_outside_a_running_event_loop_a_group_is_refused_and_nothing_is_lost() -> None:
+    engines = FakeEngines()
+    dispatcher: Dispatcher[int, int] = Dispatcher(
+        run_episode=engines,
+        on_finished=lambda _: None,
+        clock=ManualClock(),
+        cap=4,
+        config=UNPACED,
+        engines=("a",),
+    )
+    spec = GroupSpec("g0", TRAIN, "math", 0, (0, 1))
+    with pytest.raises(RuntimeError, match="running event loop"):
+        dispatcher.submit(spec)
+    assert (dispatcher.inflight, dispatcher.stats().open_groups) == (0, 0)
+
+    async def later() -> None:
+        assert dispatcher.submit(spec)
+        await asyncio.sleep(0)
+        assert sorted(engines.running) == [("g0", 0), ("g0", 1)]
+        await dispatcher.aclose()
+
+    asyncio.run(later())
 
 
 async def test_bad_input_is_refused(make: MakeHarness) -> None:

@@ -25,6 +25,7 @@ def test_the_start_cap_applies_and_later_decisions_do_not() -> None:
     grew = []
     for _ in range(100):
         grew += run.on_completion(EpisodeCompletion(tokens=9, ok=True, pool=100), now=1.0)
+    grew += run.on_poll([sample()], inflight=100, now=5.0)
     assert run.cap == 100
     assert grew
     assert all(not d.applied and d.cap_after == 100 for d in grew)
@@ -37,6 +38,37 @@ def test_an_observed_cut_sheds_nothing() -> None:
     run.on_poll([sample()], inflight=0, now=0.0)
     (cut,) = run.on_poll([sample(preemptions=4)], inflight=100, now=1.0)
     assert (cut.kind, cut.shed, cut.cap_after, cut.shadow_after) == (DecisionKind.CUT, 0, 100, 80)
+
+
+def test_after_an_observed_cut_the_shadow_drains_and_keeps_deciding() -> None:
+    run = observing()
+    run.on_poll([sample()], inflight=0, now=0.0)
+    run.on_poll([sample(preemptions=4)], inflight=100, now=1.0)  # shadow 100 -> 80
+    # Nothing was shed, so the real pool stays at 100, above the shadow's cap.
+    (release,) = run.on_poll([sample()], inflight=100, now=2.0)
+    assert (release.kind, release.applied) == (DecisionKind.DRAIN_RELEASE, False)
+    (cut,) = run.on_poll([sample(preemptions=1)], inflight=100, now=3.0)
+    assert (cut.kind, cut.shadow_before, cut.shadow_after, cut.cap_after) == (
+        DecisionKind.CUT,
+        80,
+        50,
+        100,
+    )
+
+
+def test_after_an_observed_cut_the_shadow_grows_again_on_evidence() -> None:
+    run = observing()
+    run.on_poll([sample()], inflight=0, now=0.0)
+    run.on_poll([sample(preemptions=4)], inflight=100, now=1.0)
+    run.on_poll([sample()], inflight=100, now=2.0)
+    grew = [
+        d
+        for _ in range(100)
+        for d in run.on_completion(EpisodeCompletion(tokens=9, ok=True, pool=100), now=3.0)
+    ]
+    assert [(d.kind, d.applied) for d in grew] == [(DecisionKind.GROW, False)]
+    assert run.cap == 100
+    assert run.shadow.cap > 80
 
 
 def test_set_moves_the_real_cap_and_pins_are_refused() -> None:
@@ -69,3 +101,25 @@ def test_state_round_trips_with_the_applied_cap() -> None:
     assert (restored.cap, decision.kind, decision.applied) == (70, DecisionKind.RESTORE, False)
     with pytest.raises(ValueError, match="lacks field"):
         ObserveOnly.restore(ControllerConfig(), ReferencePolicy(), {"x": 1}, now=0.0)
+
+
+def test_a_stored_applied_cap_outside_new_bounds_is_clamped_like_the_shadow_cap() -> None:
+    run = observing()
+    run.on_poll([sample()], inflight=0, now=0.0)
+    run.set(500, now=1.0)
+    stored = run.to_json(now=2.0)
+    restored, decision = ObserveOnly.restore(
+        ControllerConfig(max_inflight=200), ReferencePolicy(), stored, now=0.0
+    )
+    assert (restored.cap, restored.shadow.cap) == (200, 100)
+    assert "stored applied cap 500 out of bounds" in decision.reason
+
+
+@pytest.mark.parametrize("applied", [70.5, "70", True])
+def test_a_stored_applied_cap_that_is_not_an_integer_is_refused(applied) -> None:
+    run = observing()
+    run.on_poll([sample()], inflight=0, now=0.0)
+    stored = run.to_json(now=2.0)
+    stored["observe_applied"] = applied
+    with pytest.raises(ValueError, match="observe_applied"):
+        ObserveOnly.restore(ControllerConfig(), ReferencePolicy(), stored, now=0.0)

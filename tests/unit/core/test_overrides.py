@@ -18,6 +18,14 @@ def test_a_pin_lapses_at_its_deadline() -> None:
     assert (overrides.pin, overrides.seconds_left(15.0)) == (None, None)
 
 
+def test_a_pin_is_due_from_its_deadline_and_asking_changes_nothing() -> None:
+    overrides = Overrides(1, 100)
+    assert not overrides.due(0.0)
+    overrides.hold(40, 10.0, now=0.0)
+    assert (overrides.due(9.9), overrides.due(10.0), overrides.due(10.0)) == (False, True, True)
+    assert overrides.pin == Pin(40, 10.0)
+
+
 def test_drop_returns_what_was_held() -> None:
     overrides = Overrides(1, 100)
     assert overrides.drop() is None

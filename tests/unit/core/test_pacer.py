@@ -199,3 +199,22 @@ def test_prefix_eviction_is_seen_inside_the_kv_dead_band_too() -> None:
     reading, trim = step(policy, kv=0.9, hits=500, queries=1000)
     assert reading.cause is Cause.PREFIX_EVICTION
     assert trim is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("kv_streak", -2, "kv_streak must be an integer >= 0"),
+        ("queue_before", 1.5, "queue_before must be an integer >= 0"),
+        ("knee", float("nan"), "knee must be a finite number >= 0"),
+        ("knee_turnover", None, "knee_turnover must be a finite number >= 0"),
+        ("hold_until", "soon", "hold_until must be a finite number >= 0"),
+        ("probe", {"anchor": [100, "fast"]}, "anchor rate must be a finite number"),
+        ("probe", {"anchor": [100]}, "anchor must be null or"),
+    ],
+)
+def test_stored_state_of_the_wrong_type_is_refused(field, value, message) -> None:
+    data = PacerPolicy().to_json()
+    data[field] = value
+    with pytest.raises(ValueError, match=message):
+        PacerPolicy().load_json(data)

@@ -1,4 +1,4 @@
-"""Admission pacing: paid admissions per window; natural completions earn free replacements."""
+"""Admission pacing: paid admissions per window; refilled completions earn free replacements."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_a_natural_completion_pays_for_its_replacement() -> None:
     pacer.refund()
     assert pacer.available(1.0, cap=1000, group_size=8) == 2
     pacer.admit(1.0, 2)
-    assert (pacer.net(1.0), pacer.credits) == (100, 0)
+    assert (pacer.paid(1.0), pacer.credits) == (100, 0)
 
 
 def test_a_credit_does_not_expire_with_the_window() -> None:
@@ -40,7 +40,7 @@ def test_a_credit_does_not_expire_with_the_window() -> None:
     pacer.refund()
     assert pacer.available(4.0, cap=1000, group_size=8) == 1
     pacer.admit(6.0, 1)  # the replacement comes after the window slid: still free
-    assert pacer.net(6.0) == 0
+    assert pacer.paid(6.0) == 0
 
 
 def test_credits_never_exceed_a_full_pool() -> None:

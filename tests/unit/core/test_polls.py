@@ -87,9 +87,26 @@ def test_capacity_and_max_model_len_wait_until_reported() -> None:
     assert (poll.kv_capacity_tokens, poll.max_model_len) == (None, None)
 
 
-def test_restarted_engines_are_named() -> None:
+def test_restarted_engines_are_named_and_make_the_poll_not_whole() -> None:
     poll = PollSummary.from_samples([sample("a", restarted=True), sample("b")], 0.0)
     assert poll.restarted == frozenset({"a"})
+    assert (poll.complete, poll.whole) == (True, False)
+    assert PollSummary.from_samples([sample("a"), sample("b")], 0.0).whole
+
+
+def test_engines_not_up_with_capacity_and_max_model_len_are_unready() -> None:
+    poll = PollSummary.from_samples(
+        [
+            sample("up"),
+            sample("stale", health=EngineHealth.STALE),
+            sample("down", health=EngineHealth.DOWN),
+            sample("no-kv", capacity=None),
+            sample("no-len", max_model_len=None),
+            sample("prefill", role=EngineRole.PREFILL, capacity=None),
+        ],
+        0.0,
+    )
+    assert poll.unready == frozenset({"stale", "down", "no-kv", "no-len"})
 
 
 @pytest.mark.parametrize(

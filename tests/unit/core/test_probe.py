@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tests.unit.core.builders import sample
 from workers.core.policies.probe import EpochRate, ThroughputProbe
 from workers.core.polls import PollSummary
+from workers.core.samples import EngineHealth, LoadSample
 
 
-def feed(probe: ThroughputProbe, epochs: list[tuple[int, int]], polls_per_epoch: int = 4):
-    """Run whole epochs of (inflight, tokens per poll), polls 5 s apart; the verdicts."""
+def feed(
+    probe: ThroughputProbe,
+    epochs: list[tuple[int, int]],
+    polls_per_epoch: int = 4,
+    polled: Callable[[int, int, int], list[LoadSample]] | None = None,
+):
+    """Run whole epochs of (inflight, tokens per poll), polls 5 s apart; the verdicts.
+
+    ``polled(epoch, poll, tokens)`` gives a poll's samples; one engine by default."""
     verdicts = []
     at = 0.0
     probe.observe(PollSummary.from_samples([sample(tokens=0)], at), epochs[0][0], 0.0)
@@ -16,8 +26,8 @@ def feed(probe: ThroughputProbe, epochs: list[tuple[int, int]], polls_per_epoch:
         for k in range(1, polls_per_epoch + 1):
             at += 5.0
             turnover = number + k / polls_per_epoch
-            poll = PollSummary.from_samples([sample(tokens=tokens)], at)
-            verdict = probe.observe(poll, inflight, turnover)
+            samples = [sample(tokens=tokens)] if polled is None else polled(number, k, tokens)
+            verdict = probe.observe(PollSummary.from_samples(samples, at), inflight, turnover)
         verdicts.append(verdict)
     return verdicts
 
@@ -54,3 +64,38 @@ def test_the_anchor_survives_a_restart_and_judges_the_next_epoch() -> None:
     copy.load_json(probe.to_json())
     assert copy.anchor == probe.anchor
     assert feed(copy, [(120, 1040)]) == [True]
+
+
+def two_engines(
+    stale_in: int, *, restarted: bool = False
+) -> Callable[[int, int, int], list[LoadSample]]:
+    """Two engines sharing the tokens; in epoch ``stale_in`` engine b misses two polls."""
+
+    def polled(epoch: int, poll: int, tokens: int) -> list[LoadSample]:
+        missing = epoch == stale_in and poll in (2, 3)
+        health = EngineHealth.STALE if missing and not restarted else EngineHealth.UP
+        b_tokens = 0 if missing else tokens // 2
+        return [
+            sample("a", tokens=tokens // 2),
+            sample("b", tokens=b_tokens, health=health, restarted=missing and restarted),
+        ]
+
+    return polled
+
+
+def test_an_epoch_with_a_stale_engine_is_discarded_not_judged_flat() -> None:
+    probe = ThroughputProbe(step=0.1, flat_gain=0.3)
+    # 30 % more pool, 30 % more tokens: not flat, but b's missing polls hide half of two polls.
+    assert feed(probe, [(100, 1000), (130, 1300)], polled=two_engines(stale_in=1)) == [
+        False,
+        False,
+    ]
+    assert probe.anchor == EpochRate(100.0, 1000 * 4 / 20.0)
+
+
+def test_an_epoch_with_an_engine_restart_is_discarded_too() -> None:
+    probe = ThroughputProbe(step=0.1, flat_gain=0.3)
+    polled = two_engines(stale_in=1, restarted=True)
+    # The epoch after the discarded one is whole: 30 % more pool for 4 % more tokens is flat.
+    verdicts = feed(probe, [(100, 1000), (130, 1300), (130, 1040)], polled=polled)
+    assert verdicts == [False, False, True]

@@ -106,3 +106,19 @@ def test_state_round_trips() -> None:
     copy = ReferencePolicy()
     copy.load_json(policy.to_json())
     assert step(copy, pool(), kv=0.95) == step(policy, pool(), kv=0.95)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("polls_since_trim", -1, "polls_since_trim must be an integer >= 0"),
+        ("polls_since_trim", "3", "polls_since_trim must be an integer >= 0"),
+        ("overload", {"queue_streak": 1.5, "waiting": []}, "queue_streak must be an integer"),
+        ("overload", {"queue_streak": 1, "waiting": "e0"}, "waiting must be a list"),
+    ],
+)
+def test_stored_state_of_the_wrong_type_is_refused(field, value, message) -> None:
+    data = ReferencePolicy().to_json()
+    data[field] = value
+    with pytest.raises(ValueError, match=message):
+        ReferencePolicy().load_json(data)

@@ -61,6 +61,15 @@ def test_forget_queue_drops_the_streak_built_before_a_cut() -> None:
     assert t.update(queued).queue_streak == 1
 
 
+def test_f3_the_queue_streak_does_not_count_while_a_drain_holds() -> None:
+    t = tracker()
+    queued = poll(sample(running=100, waiting=60, waiting_capacity=60))
+    for _ in range(8):
+        overload = t.update(queued, draining=True)
+    assert (overload.queue_over, overload.queue_streak, overload.queue_overload) == (True, 0, False)
+    assert t.update(queued).queue_streak == 1
+
+
 def test_soft_when_the_same_engine_waits_on_two_consecutive_polls() -> None:
     t = tracker()
     first = poll(sample("a", waiting=2, waiting_capacity=0))

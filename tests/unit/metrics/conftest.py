@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.local_server import LocalServer
+
 
 @dataclass(frozen=True, slots=True)
 class Route:
@@ -17,27 +19,12 @@ class Route:
     drip_s: float = 0.0  # when > 0: send the body one byte at a time, this far apart
 
 
-class TinyServer:
+class TinyServer(LocalServer):
     """Answers GET requests from a path -> Route table, one request per connection."""
 
     def __init__(self) -> None:
         self.routes: dict[str, Route] = {}
         self.requests: list[str] = []
-        self._server: asyncio.Server | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -155,7 +155,7 @@ async def test_over_a_real_socket_the_text_arrives_whole_and_parses(
     async with MetricsClient(httpx.AsyncClient()) as client:
         assert await client.metrics_text(tiny_server.url) == text
         assert await client.max_model_len(tiny_server.url) == 2048
-    assert parse_exposition(text, "e")["e"].num_running == 7
+    assert parse_exposition(text, "e")["e/0"].num_running == 7
 
 
 async def test_over_a_real_socket_a_stalled_body_hits_the_read_timeout(

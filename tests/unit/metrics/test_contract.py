@@ -22,6 +22,7 @@ from inference.metrics.parse import parse_exposition
 from inference.metrics.readings import Counters
 from inference.metrics.stats import POOL
 from tests.unit.metrics.conftest import Route, TinyServer
+from workers.core.clock import ManualClock
 from workers.core.samples import EngineHealth, EngineRole, LoadSample
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
@@ -56,7 +57,7 @@ def test_idle_engine_reads_empty_with_its_capacity() -> None:
 
 def test_pressure_engine_reads_its_queue_usage_and_counters() -> None:
     readings = parse_exposition(PRESSURE.read_text(), "cpu")
-    reading = readings["cpu"]
+    reading = readings["cpu/0"]
     assert (reading.num_running, reading.num_waiting) == (3, 13)
     assert (reading.num_waiting_capacity, reading.num_waiting_deferred) == (13, 0)
     assert reading.kv_usage == 0.9333333333333333
@@ -94,12 +95,12 @@ def test_data_parallel_ranks_read_apart() -> None:
     assert rank1.counters == Counters(0, 100, 400, 3900, 1000)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+def test_a_data_parallel_rank_keeps_its_id_and_numbers_when_the_other_vanishes() -> None:
+    text = DATA_PARALLEL.read_text()
+    rank0_only = "\n".join(line for line in text.splitlines() if 'engine="1"' not in line)
+    readings = parse_exposition(rank0_only, "dp")
+    assert list(readings) == ["dp/0"]
+    assert readings["dp/0"] == parse_exposition(text, "dp")["dp/0"]
 
 
 async def test_monitor_over_http_turns_idle_then_pressure_into_one_sample(
@@ -109,17 +110,17 @@ async def test_monitor_over_http_turns_idle_then_pressure_into_one_sample(
     models = {"data": [{"id": "pacer-tiny", "max_model_len": 1024}]}
     tiny_server.routes["/v1/models"] = Route(body=json.dumps(models).encode())
     tiny_server.routes["/metrics"] = Route(body=IDLE.read_bytes())
-    clock = Clock()
+    clock = ManualClock()
     spec = EngineSpec("cpu-0", tiny_server.url, EngineRole.DECODE)
     async with MetricsClient(httpx.AsyncClient()) as client:
         monitor = EngineMonitor([spec], client, clock)
         await monitor.poll()
         tiny_server.routes["/metrics"] = Route(body=PRESSURE.read_bytes())
-        clock.now = 5.0
+        clock.advance(5.0)
         result = await monitor.poll()
     assert result.samples == (
         LoadSample(
-            engine_id="cpu-0",
+            engine_id="cpu-0/0",
             role=EngineRole.DECODE,
             scraped_at=5.0,
             health=EngineHealth.UP,
@@ -137,13 +138,13 @@ async def test_monitor_over_http_turns_idle_then_pressure_into_one_sample(
     )
     stats = {s.scope: s for s in result.stats}
     assert stats[POOL].prefix_cache_hit_rate == pytest.approx(3072 / 3900)
-    assert stats["cpu-0"].generation_tokens_per_s == pytest.approx(3244 / 5.0)
-    ttft = stats["cpu-0"].latency[Series.TIME_TO_FIRST_TOKEN]
+    assert stats["cpu-0/0"].generation_tokens_per_s == pytest.approx(3244 / 5.0)
+    ttft = stats["cpu-0/0"].latency[Series.TIME_TO_FIRST_TOKEN]
     # 11 first tokens within (0.04, 0.06] s and 2 within (0.06, 0.08] s.
     assert (ttft.count, ttft.p50, ttft.p90) == (
         13,
         pytest.approx(0.04 + 0.02 * 6.5 / 11),
         pytest.approx(0.067),
     )
-    e2e = stats["cpu-0"].latency[Series.E2E_LATENCY]
+    e2e = stats["cpu-0/0"].latency[Series.E2E_LATENCY]
     assert (e2e.count, e2e.p50) == (2, pytest.approx(1.75))  # both within (1.5, 2.0] s

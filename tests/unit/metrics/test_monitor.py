@@ -7,6 +7,7 @@ import json
 import socket
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -19,18 +20,12 @@ from inference.metrics.stats import POOL
 from inference.metrics.warnings import WarningKind
 from tests.unit.metrics.conftest import Route, TinyServer
 from tests.unit.metrics.texts import exposition
+from workers.core.clock import ManualClock
+from workers.core.polls import PollSummary
 from workers.core.samples import EngineHealth, EngineRole, LoadSample
 
 Answer = Callable[[], httpx.Response]
 MODELS = json.dumps({"data": [{"id": "m", "max_model_len": 4096}]})
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Engines:
@@ -63,7 +58,7 @@ def refuse() -> httpx.Response:
 def build(
     engines: Engines,
     specs: list[EngineSpec],
-    clock: FakeClock,
+    clock: ManualClock,
     scrape: ScrapeConfig | None = None,
     health: HealthConfig | None = None,
 ) -> tuple[MetricsClient, EngineMonitor]:
@@ -83,7 +78,7 @@ def by_id(result: PollResult) -> dict[str, LoadSample]:
 
 
 async def test_samples_carry_configured_roles_gauges_and_deltas_between_polls() -> None:
-    engines, clock = Engines(), FakeClock()
+    engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("p", exposition(running=1, generated=100))
     engines.serve("d", exposition(running=5, preemptions=2, generated=1000))
     client, monitor = build(
@@ -91,10 +86,10 @@ async def test_samples_carry_configured_roles_gauges_and_deltas_between_polls() 
     )
     async with client:
         first = await monitor.poll()
-        clock.now += 5.0
+        clock.advance(5.0)
         engines.serve("d", exposition(running=6, preemptions=5, generated=1500))
         second = await monitor.poll()
-    d0, d1 = by_id(first)["d"], by_id(second)["d"]
+    d0, d1 = by_id(first)["d/0"], by_id(second)["d/0"]
     assert (d0.role, d0.health, d0.num_running, d0.max_model_len) == (
         EngineRole.DECODE,
         EngineHealth.UP,
@@ -102,16 +97,16 @@ async def test_samples_carry_configured_roles_gauges_and_deltas_between_polls() 
         4096,
     )
     assert (d0.num_preemptions, d0.generation_tokens) == (0, 0)
-    assert (d1.num_preemptions, d1.generation_tokens, d1.scraped_at) == (3, 500, clock.now)
-    assert by_id(second)["p"].role is EngineRole.PREFILL
+    assert (d1.num_preemptions, d1.generation_tokens, d1.scraped_at) == (3, 500, clock.now())
+    assert by_id(second)["p/0"].role is EngineRole.PREFILL
     stats = {s.scope: s for s in second.stats}
-    assert stats["d"].generation_tokens_per_s == 100.0
+    assert stats["d/0"].generation_tokens_per_s == 100.0
     assert stats[POOL].generation_tokens_per_s == 100.0
     assert [e.health for e in second.endpoints] == [EngineHealth.UP, EngineHealth.UP]
 
 
 async def test_a_hanging_engine_costs_its_own_timeout_and_the_others_still_report() -> None:
-    engines, clock = Engines(), FakeClock()
+    engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("good", exposition(running=4))
     engines.serve("slow", exposition(running=9))
     client, monitor = build(engines, [spec("slow"), spec("good")], clock)
@@ -119,11 +114,11 @@ async def test_a_hanging_engine_costs_its_own_timeout_and_the_others_still_repor
         await monitor.poll()
         engines.metrics["slow"] = lambda: httpx.Response(599)
         engines.serve("good", exposition(running=5))
-        clock.now += 5.0
+        clock.advance(5.0)
         result = await monitor.poll()
     samples = by_id(result)
-    assert (samples["good"].health, samples["good"].num_running) == (EngineHealth.UP, 5)
-    assert (samples["slow"].health, samples["slow"].num_running) == (EngineHealth.STALE, 9)
+    assert (samples["good/0"].health, samples["good/0"].num_running) == (EngineHealth.UP, 5)
+    assert (samples["slow/0"].health, samples["slow/0"].num_running) == (EngineHealth.STALE, 9)
     slow_status = result.endpoints[0]
     assert slow_status.error is not None
     assert "ScrapeTimeout" in slow_status.error
@@ -148,7 +143,7 @@ async def test_a_hanging_engine_costs_its_own_timeout_and_the_others_still_repor
 async def test_bad_input_fails_that_engine_with_a_clear_error_and_others_flow(
     answer: Answer, error: str
 ) -> None:
-    engines, clock = Engines(), FakeClock()
+    engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("good", exposition(running=3))
     engines.metrics["bad"] = answer
     client, monitor = build(
@@ -160,22 +155,22 @@ async def test_bad_input_fails_that_engine_with_a_clear_error_and_others_flow(
     assert bad.health is EngineHealth.DOWN
     assert bad.error is not None
     assert error in bad.error
-    assert by_id(result)["good"].num_running == 3
+    assert by_id(result)["good/0"].num_running == 3
     assert by_id(result)["bad"].health is EngineHealth.DOWN
 
 
 async def test_a_stale_engine_keeps_its_last_gauges_with_zero_deltas() -> None:
-    engines, clock = Engines(), FakeClock()
+    engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("e", exposition(usage=0.5, preemptions=1))
     client, monitor = build(engines, [spec("e")], clock)
     async with client:
         await monitor.poll()
-        clock.now += 5.0
+        clock.advance(5.0)
         engines.serve("e", exposition(usage=0.75, preemptions=4))
-        good = by_id(await monitor.poll())["e"]
+        good = by_id(await monitor.poll())["e/0"]
         engines.metrics["e"] = refuse
-        clock.now += 5.0
-        stale = by_id(await monitor.poll())["e"]
+        clock.advance(5.0)
+        stale = by_id(await monitor.poll())["e/0"]
     assert good.num_preemptions == 3
     assert (stale.health, stale.kv_usage, stale.scraped_at) == (
         EngineHealth.STALE,
@@ -186,7 +181,7 @@ async def test_a_stale_engine_keeps_its_last_gauges_with_zero_deltas() -> None:
 
 
 async def test_a_failing_engine_is_retried_with_backoff_and_turns_down() -> None:
-    engines, clock = Engines(), FakeClock()
+    engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("e", exposition())
     config = HealthConfig(down_after_s=12.0, max_skipped_polls=11)
     client, monitor = build(engines, [spec("e")], clock, health=config)
@@ -195,7 +190,7 @@ async def test_a_failing_engine_is_retried_with_backoff_and_turns_down() -> None
         await monitor.poll()
         engines.metrics["e"] = refuse
         for _ in range(8):
-            clock.now += 5.0
+            clock.advance(5.0)
             healths.append((await monitor.poll()).endpoints[0].health)
     assert engines.requests["e", "/metrics"] == 1 + 4  # polls 1, 2, 4, 8 after the failure
     assert healths[:2] == [EngineHealth.STALE, EngineHealth.STALE]
@@ -203,7 +198,7 @@ async def test_a_failing_engine_is_retried_with_backoff_and_turns_down() -> None
 
 
 async def test_max_model_len_is_retried_until_read_then_cached() -> None:
-    engines, clock = Engines(), FakeClock()
+    engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("e", exposition())
     engines.models["e"] = lambda: httpx.Response(503)
     client, monitor = build(engines, [spec("e")], clock)
@@ -213,7 +208,7 @@ async def test_max_model_len_is_retried_until_read_then_cached() -> None:
         engines.models["e"] = lambda: httpx.Response(200, text=MODELS)
         third = await monitor.poll()
         await monitor.poll()
-    assert [by_id(r)["e"].max_model_len for r in (first, second, third)] == [None, None, 4096]
+    assert [by_id(r)["e/0"].max_model_len for r in (first, second, third)] == [None, None, 4096]
     assert first.endpoints[0].health is EngineHealth.UP
     assert "HTTP 503" in (first.endpoints[0].models_error or "")
     assert third.endpoints[0].models_error is None
@@ -221,16 +216,16 @@ async def test_max_model_len_is_retried_until_read_then_cached() -> None:
 
 
 async def test_a_restart_reads_as_zero_deltas_warns_and_rereads_max_model_len() -> None:
-    engines, clock = Engines(), FakeClock()
+    engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("e", exposition(preemptions=50, generated=9000))
     client, monitor = build(engines, [spec("e")], clock)
     async with client:
         await monitor.poll()
-        clock.now += 5.0
+        clock.advance(5.0)
         engines.serve("e", exposition(preemptions=0, generated=40))
         result = await monitor.poll()
         await monitor.poll()
-    sample = by_id(result)["e"]
+    sample = by_id(result)["e/0"]
     assert sample.restarted
     assert (sample.num_preemptions, sample.generation_tokens) == (0, 0)
     assert [w.kind for w in result.warnings] == [WarningKind.ENGINE_RESTART]
@@ -238,7 +233,7 @@ async def test_a_restart_reads_as_zero_deltas_warns_and_rereads_max_model_len() 
 
 
 async def test_data_parallel_ranks_are_separate_samples_of_the_configured_role() -> None:
-    engines, clock = Engines(), FakeClock()
+    engines, clock = Engines(), ManualClock(1000.0)
     text = exposition('engine="0",model_name="m"', running=2) + exposition(
         'engine="1",model_name="m"', running=6
     )
@@ -253,8 +248,54 @@ async def test_data_parallel_ranks_are_separate_samples_of_the_configured_role()
     }
 
 
+RANK0, RANK1 = 'engine="0",model_name="m"', 'engine="1",model_name="m"'
+
+
+async def test_a_rank_missing_from_a_good_scrape_is_stale_and_its_sibling_keeps_counting() -> None:
+    engines, clock = Engines(), ManualClock(1000.0)
+    engines.serve("dp", exposition(RANK0, preemptions=2) + exposition(RANK1, running=6))
+    client, monitor = build(engines, [spec("dp", EngineRole.DECODE)], clock)
+    async with client:
+        first = by_id(await monitor.poll())
+        engines.serve("dp", exposition(RANK0, preemptions=9))
+        clock.advance(5.0)
+        gone = await monitor.poll()
+        engines.serve("dp", exposition(RANK0, preemptions=9) + exposition(RANK1, preemptions=5))
+        clock.advance(5.0)
+        back = by_id(await monitor.poll())
+    samples = by_id(gone)
+    assert (samples["dp/0"].health, samples["dp/0"].num_preemptions) == (EngineHealth.UP, 7)
+    assert samples["dp/1"] == replace(first["dp/1"], health=EngineHealth.STALE)
+    assert (samples["dp/1"].num_running, samples["dp/1"].num_preemptions) == (6, 0)
+    assert gone.endpoints[0].health is EngineHealth.UP
+    assert not PollSummary.from_samples(gone.samples, clock.now()).complete
+    assert (back["dp/1"].health, back["dp/1"].num_preemptions) == (EngineHealth.UP, 3)
+
+
+async def test_a_missing_rank_turns_down_past_the_bound_even_while_its_endpoint_is_stale() -> None:
+    engines, clock = Engines(), ManualClock(1000.0)
+    engines.serve("dp", exposition(RANK0) + exposition(RANK1))
+    config = HealthConfig(down_after_s=12.0, max_skipped_polls=0)
+    client, monitor = build(engines, [spec("dp")], clock, health=config)
+    rank1 = []
+    async with client:
+        await monitor.poll()
+        engines.serve("dp", exposition(RANK0))
+        for _ in range(3):
+            clock.advance(5.0)
+            rank1.append(by_id(await monitor.poll())["dp/1"].health)
+        engines.metrics["dp"] = refuse
+        clock.advance(5.0)
+        failed = by_id(await monitor.poll())
+    assert rank1 == [EngineHealth.STALE, EngineHealth.STALE, EngineHealth.DOWN]
+    assert {k: s.health for k, s in failed.items()} == {
+        "dp/0": EngineHealth.STALE,
+        "dp/1": EngineHealth.DOWN,
+    }
+
+
 async def test_an_engine_back_after_a_long_outage_does_not_replay_old_counts() -> None:
-    engines, clock = Engines(), FakeClock()
+    engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("e", exposition(preemptions=1))
     client, monitor = build(
         engines, [spec("e")], clock, health=HealthConfig(down_after_s=30.0, max_skipped_polls=0)
@@ -263,18 +304,18 @@ async def test_an_engine_back_after_a_long_outage_does_not_replay_old_counts() -
         await monitor.poll()
         engines.metrics["e"] = refuse
         for _ in range(8):
-            clock.now += 5.0
+            clock.advance(5.0)
             await monitor.poll()
         engines.serve("e", exposition(preemptions=200))
-        clock.now += 5.0
-        back = by_id(await monitor.poll())["e"]
+        clock.advance(5.0)
+        back = by_id(await monitor.poll())["e/0"]
     assert (back.health, back.num_preemptions, back.restarted) == (EngineHealth.UP, 0, False)
 
 
 def test_engine_names_must_be_unique() -> None:
     client = MetricsClient(httpx.AsyncClient())
     with pytest.raises(ValueError, match="unique"):
-        EngineMonitor([spec("a"), spec("a")], client, FakeClock())
+        EngineMonitor([spec("a"), spec("a")], client, ManualClock(1000.0))
 
 
 async def test_over_real_sockets_a_live_and_a_refused_engine(tiny_server: TinyServer) -> None:
@@ -285,7 +326,7 @@ async def test_over_real_sockets_a_live_and_a_refused_engine(tiny_server: TinySe
         closed = probe.getsockname()[1]
     specs = [EngineSpec("live", tiny_server.url), EngineSpec("gone", f"http://127.0.0.1:{closed}")]
     async with MetricsClient(httpx.AsyncClient()) as client:
-        result = await EngineMonitor(specs, client, FakeClock()).poll()
+        result = await EngineMonitor(specs, client, ManualClock(1000.0)).poll()
     live, gone = result.samples
     assert (live.health, live.num_running, live.max_model_len) == (EngineHealth.UP, 11, 4096)
     assert (gone.engine_id, gone.health, gone.kv_capacity_tokens) == (

@@ -14,10 +14,10 @@ from inference.metrics.parse import parse_exposition, parse_max_model_len
 from tests.unit.metrics.texts import LABELS, exposition
 
 
-def test_reads_the_gauges_and_counters_of_one_engine_under_the_endpoint_name() -> None:
+def test_reads_the_gauges_and_counters_of_one_engine_under_its_rank_id() -> None:
     readings = parse_exposition(exposition(), "e0")
-    assert list(readings) == ["e0"]
-    reading = readings["e0"]
+    assert list(readings) == ["e0/0"]
+    reading = readings["e0/0"]
     assert (reading.num_running, reading.num_waiting, reading.kv_usage) == (7, 3, 0.25)
     assert reading.counters.preemptions == 2.0
     assert reading.counters.generation_tokens == 900.0
@@ -29,20 +29,20 @@ def test_counters_without_total_read_the_same_typed_or_untyped() -> None:
     untyped = "\n".join(
         line for line in typed.splitlines() if not line.startswith("# TYPE vllm:num_preemptions")
     )
-    assert parse_exposition(typed, "e")["e"].counters.preemptions == 2.0
-    assert parse_exposition(untyped, "e")["e"].counters.preemptions == 2.0
+    assert parse_exposition(typed, "e")["e/0"].counters.preemptions == 2.0
+    assert parse_exposition(untyped, "e")["e/0"].counters.preemptions == 2.0
 
 
 def test_legacy_gpu_cache_usage_is_read_when_the_new_name_is_absent() -> None:
     legacy = exposition().replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-    assert parse_exposition(legacy, "e")["e"].kv_usage == 0.25
+    assert parse_exposition(legacy, "e")["e/0"].kv_usage == 0.25
 
 
 def test_new_name_wins_when_both_spellings_are_exposed() -> None:
     both = exposition(
         extra=f"# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{{{LABELS}}} 0.9\n"
     )
-    assert parse_exposition(both, "e")["e"].kv_usage == 0.25
+    assert parse_exposition(both, "e")["e/0"].kv_usage == 0.25
 
 
 def test_legacy_prefix_cache_counters_are_read() -> None:
@@ -50,7 +50,7 @@ def test_legacy_prefix_cache_counters_are_read() -> None:
         f"vllm:gpu_prefix_cache_hits_total{{{LABELS}}} 40.0\n"
         f"vllm:gpu_prefix_cache_queries_total{{{LABELS}}} 100.0\n"
     )
-    counters = parse_exposition(exposition(extra=extra), "e")["e"].counters
+    counters = parse_exposition(exposition(extra=extra), "e")["e/0"].counters
     assert (counters.prefix_cache_hits, counters.prefix_cache_queries) == (40.0, 100.0)
 
 
@@ -60,12 +60,12 @@ def test_waiting_by_reason_splits_capacity_from_deferred() -> None:
         f'vllm:num_requests_waiting_by_reason{{{LABELS},reason="capacity"}} 2.0\n'
         f'vllm:num_requests_waiting_by_reason{{{LABELS},reason="deferred"}} 1.0\n'
     )
-    reading = parse_exposition(exposition(extra=extra), "e")["e"]
+    reading = parse_exposition(exposition(extra=extra), "e")["e/0"]
     assert (reading.num_waiting_capacity, reading.num_waiting_deferred) == (2, 1)
 
 
 def test_waiting_by_reason_absent_reads_none_not_zero() -> None:
-    reading = parse_exposition(exposition(), "e")["e"]
+    reading = parse_exposition(exposition(), "e")["e/0"]
     assert reading.num_waiting_capacity is None
     assert reading.num_waiting_deferred is None
 
@@ -88,12 +88,12 @@ def cache_config(**labels: str) -> str:
 def test_capacity_prefers_the_token_size_then_the_override_then_blocks(
     labels: dict[str, str], expected: int | None
 ) -> None:
-    reading = parse_exposition(exposition(extra=cache_config(**labels)), "e")["e"]
+    reading = parse_exposition(exposition(extra=cache_config(**labels)), "e")["e/0"]
     assert reading.kv_capacity_tokens == expected
 
 
 def test_capacity_is_none_without_cache_config() -> None:
-    assert parse_exposition(exposition(), "e")["e"].kv_capacity_tokens is None
+    assert parse_exposition(exposition(), "e")["e/0"].kv_capacity_tokens is None
 
 
 def test_data_parallel_ranks_get_their_own_ids_and_share_unlabelled_series() -> None:
@@ -107,6 +107,16 @@ def test_data_parallel_ranks_get_their_own_ids_and_share_unlabelled_series() -> 
     assert readings["dp/0"].kv_capacity_tokens == readings["dp/1"].kv_capacity_tokens == 2048
 
 
+def test_a_labelled_engine_keeps_its_rank_in_its_id_even_when_alone() -> None:
+    """An id must not hang on how many ranks one scrape shows, or a rank is renamed when its
+    sibling vanishes and its counter deltas restart from nothing."""
+    rank0 = exposition('engine="0",model_name="m"', running=2)
+    rank1 = exposition('engine="1",model_name="m"', running=6)
+    assert sorted(parse_exposition(rank0 + rank1, "dp")) == ["dp/0", "dp/1"]
+    assert {k: r.num_running for k, r in parse_exposition(rank0, "dp").items()} == {"dp/0": 2}
+    assert {k: r.num_running for k, r in parse_exposition(rank1, "dp").items()} == {"dp/1": 6}
+
+
 def test_series_without_any_engine_label_belong_to_the_endpoint() -> None:
     readings = parse_exposition(exposition('model_name="m"'), "plain")
     assert list(readings) == ["plain"]
@@ -118,7 +128,7 @@ def test_labelled_values_win_over_unlabelled_ones_of_the_same_series() -> None:
         exposition()
         + '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 99\n'
     )
-    assert parse_exposition(text, "e")["e"].num_running == 7
+    assert parse_exposition(text, "e")["e/0"].num_running == 7
 
 
 def test_histogram_buckets_are_read_cumulatively_in_bound_order() -> None:
@@ -130,7 +140,7 @@ def test_histogram_buckets_are_read_cumulatively_in_bound_order() -> None:
         f"vllm:time_to_first_token_seconds_count{{{LABELS}}} 6.0\n"
         f"vllm:time_to_first_token_seconds_sum{{{LABELS}}} 3.5\n"
     )
-    hist = parse_exposition(exposition(extra=extra), "e")["e"].histograms[
+    hist = parse_exposition(exposition(extra=extra), "e")["e/0"].histograms[
         Series.TIME_TO_FIRST_TOKEN
     ]
     assert hist.bounds == (0.1, 1.0, float("inf"))
@@ -167,7 +177,7 @@ def test_a_histogram_without_an_inf_bucket_is_rejected() -> None:
 
 def test_non_finite_values_of_series_pacer_does_not_read_are_ignored() -> None:
     extra = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total NaN\n"
-    assert parse_exposition(exposition(extra=extra), "e")["e"].num_running == 7
+    assert parse_exposition(exposition(extra=extra), "e")["e/0"].num_running == 7
 
 
 @given(st.text(max_size=200))
@@ -206,7 +216,7 @@ def test_a_bad_models_list_gets_a_clear_error(body: bytes) -> None:
 
 def test_a_malformed_line_of_a_family_pacer_does_not_read_costs_nothing() -> None:
     extra = 'vllm:request_params_n_bucket{le="1.0" oops\n'
-    assert parse_exposition(exposition(extra=extra), "e")["e"].num_running == 7
+    assert parse_exposition(exposition(extra=extra), "e")["e/0"].num_running == 7
 
 
 def test_a_malformed_line_of_a_family_pacer_reads_is_an_error() -> None:
@@ -219,5 +229,5 @@ def test_capacity_follows_a_changed_cache_config_line() -> None:
     """The info line's parse is memoized by its text: new text, new numbers."""
     small = exposition(extra=cache_config(kv_cache_size_tokens="4096"))
     large = exposition(extra=cache_config(kv_cache_size_tokens="8192"))
-    capacities = [parse_exposition(t, "e")["e"].kv_capacity_tokens for t in (small, large, small)]
+    capacities = [parse_exposition(t, "e")["e/0"].kv_capacity_tokens for t in (small, large, small)]
     assert capacities == [4096, 8192, 4096]

@@ -99,7 +99,7 @@ def test_deferred_waiters_do_not_count_but_all_waiters_do_without_a_breakdown() 
     no_breakdown = sample("old", num_waiting=3, num_waiting_capacity=None)
     tracker.observe([deferred_only, no_breakdown], now=0.0)
     warnings = tracker.observe([deferred_only, no_breakdown], now=10.0)
-    assert [w.engine_id for w in warnings] == ["old"]
+    assert [(w.engine_id, w.figures["waiting_capacity"]) for w in warnings] == [("old", 3)]
 
 
 def test_stale_samples_and_prefill_queues_never_warn() -> None:

@@ -3,7 +3,9 @@
 The controller owns everything every policy shares: bounds, the start cap, the drain latch after
 a cut, the stale-metrics freeze, operator commands and decision records. A policy owns only how
 to read a poll (its signal and the growth it allows) and when to trim or cut. So a policy never
-sees a pin, a stale engine or a drain: the controller asks it only when acting is allowed.
+sees a pin or a stale engine, and is asked to act only when acting is allowed. It is told
+whether a drain holds, because evidence that builds over polls (a queue streak) must not build
+from a pool that is still draining the overload of before the cut.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class PoolView:
     inflight: int  # episodes holding a permit (pool units, idle multi-turn episodes included)
     polls_since_release: int | None  # polls since the last drain release; None if never
     turnover: float  # completions / pool size, summed: how many times the pool was replaced
+    draining: bool = False  # the drain latch of a cut holds: no streak may build on this poll
 
 
 @dataclass(frozen=True, slots=True)

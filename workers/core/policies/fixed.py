@@ -28,7 +28,7 @@ class FixedPolicy:
         )
 
     def read(self, poll: PollSummary, pool: PoolView) -> Reading:
-        overload = self._overload.update(poll)
+        overload = self._overload.update(poll, draining=pool.draining)
         signal, cause = classify(overload, poll, self._signals.soft_kv_usage)
         return Reading(signal, cause, 1.0, overload_figures(overload, poll))
 

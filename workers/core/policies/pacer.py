@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -10,9 +9,16 @@ from typing import Any, ClassVar
 from workers.core.decisions import Cause, DecisionKind, Signal
 from workers.core.policies.base import PoolView, Proposal, Reading
 from workers.core.policies.probe import ThroughputProbe
+from workers.core.policies.reductions import TrimRest, cut_proposal
 from workers.core.policies.signals import Overload, OverloadTracker, overload_figures
 from workers.core.polls import PollSummary
-from workers.core.validation import check_range
+from workers.core.validation import (
+    check_range,
+    stored_count,
+    stored_number,
+    stored_optional_count,
+    stored_optional_number,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +40,7 @@ class PacerConfig:
     escalated_factor: float = 0.6  # milder than the reference's 0.5: the knee memory holds
     escalation_polls: int = 6  # reference value
     knee_margin: float = 0.9  # within 10 % of the last cut's pool, grow at probe speed only
-    knee_memory_turnovers: float = 20.0  # forget the knee after this many clean turnovers
+    knee_memory_turnovers: float = 20.0  # forget the knee this many turnovers after its cut
     hit_drop: float = 0.8  # prefix-hit rate below 0.8 x its clear baseline...
     hit_min_kv_usage: float = 0.5  # ...with KV above 0.5 means idle contexts are evicted
     hit_baseline_weight: float = 0.2  # EWMA weight of a clear poll in the hit-rate baseline
@@ -107,16 +113,15 @@ class PacerPolicy:
         self._knee: float | None = None
         self._knee_turnover = 0.0
         self._hold_until: float | None = None
-        self._polls_since_trim: int | None = None
+        self._trim_rest = TrimRest(cfg.trim_hysteresis_polls)
         self._last: tuple[Overload, PollSummary, Cause] | None = None
 
     def read(self, poll: PollSummary, pool: PoolView) -> Reading:
         cfg = self.config
-        overload = self._overload.update(poll)
+        overload = self._overload.update(poll, draining=pool.draining)
         if self._probe.observe(poll, pool.inflight, pool.turnover):
             self._hold_until = pool.turnover + cfg.hold_turnovers
-        if self._polls_since_trim is not None:
-            self._polls_since_trim += 1
+        self._trim_rest.tick()
         if (
             self._knee is not None
             and pool.turnover - self._knee_turnover > cfg.knee_memory_turnovers
@@ -199,29 +204,13 @@ class PacerPolicy:
         return growth
 
     def _cut(self, overload: Overload, pool: PoolView) -> Proposal:
-        cfg = self.config
-        escalated = (
-            pool.polls_since_release is not None
-            and pool.polls_since_release <= cfg.escalation_polls
-        )
-        if escalated:
-            factor = cfg.escalated_factor
-        elif overload.preempted:
-            factor = cfg.preemption_factor
-        else:
-            factor = cfg.queue_factor
-        self._overload.forget_queue()
         self._knee = float(pool.inflight)
         self._knee_turnover = pool.turnover
-        detail = f"inflight {pool.inflight} x {factor}" + (" (escalated)" if escalated else "")
-        return Proposal(DecisionKind.CUT, factor * pool.inflight, True, overload.hard_cause, detail)
+        return cut_proposal(overload, pool, self.config, self._overload)
 
     def _trim(self, cause: Cause, poll: PollSummary, pool: PoolView) -> Proposal | None:
         cfg = self.config
-        rested = (
-            self._polls_since_trim is None or self._polls_since_trim >= cfg.trim_hysteresis_polls
-        )
-        if not rested:
+        if not self._trim_rest.rested:
             return None
         usage = poll.max_kv_usage
         if cause is Cause.KV_PRESSURE:
@@ -241,7 +230,7 @@ class PacerPolicy:
             # Relearn the baseline: a workload whose hit rate dropped for good (new prompts,
             # less sharing) must cost at most one trim, not a trim every few polls.
             self._hit_baseline = None
-        self._polls_since_trim = 0
+        self._trim_rest.trimmed()
         return Proposal(DecisionKind.TRIM, level, shed, cause, detail)
 
     def _figures(self, poll: PollSummary) -> dict[str, float]:
@@ -269,26 +258,16 @@ class PacerPolicy:
             "knee": self._knee,
             "knee_turnover": self._knee_turnover,
             "hold_until": self._hold_until,
-            "polls_since_trim": self._polls_since_trim,
+            "polls_since_trim": self._trim_rest.since,
         }
 
     def load_json(self, data: Mapping[str, Any]) -> None:
         self._overload.load_json(data["overload"])
         self._probe.load_json(data["probe"])
-        self._queue_before = int(data["queue_before"])
-        self._kv_streak = int(data["kv_streak"])
-        self._hit_baseline = _optional_float(data["hit_baseline"])
-        self._knee = _optional_float(data["knee"])
-        self._knee_turnover = float(data["knee_turnover"])
-        self._hold_until = _optional_float(data["hold_until"])
-        since = data["polls_since_trim"]
-        self._polls_since_trim = None if since is None else int(since)
-
-
-def _optional_float(value: Any) -> float | None:
-    if value is None:
-        return None
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"expected a finite number, got {value!r}")
-    return number
+        self._queue_before = stored_count(data, "queue_before")
+        self._kv_streak = stored_count(data, "kv_streak")
+        self._hit_baseline = stored_optional_number(data, "hit_baseline", low=0.0)
+        self._knee = stored_optional_number(data, "knee", low=0.0)
+        self._knee_turnover = stored_number(data, "knee_turnover", low=0.0)
+        self._hold_until = stored_optional_number(data, "hold_until", low=0.0)
+        self._trim_rest.since = stored_optional_count(data, "polls_since_trim")

@@ -6,6 +6,10 @@ An epoch that ran a pool at least ``step`` larger than the anchor epoch is compa
 throughput rose by less than ``flat_gain`` of the pool's rise, the engines are saturated and
 a larger pool only adds latency, off-policy lag and eviction risk. Whole epochs, not polls,
 because a poll's token count swings with the phase of long episodes.
+
+An epoch with a poll that is not whole (an engine stale, so its tokens are missing, or an
+engine restarted, so its deltas are zero) undercounts the tokens and would read as flat; it is
+discarded: neither judged nor kept as the anchor.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.core.polls import PollSummary
+from workers.core.validation import stored_number
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,7 @@ class ThroughputProbe:
         self._tokens = 0
         self._inflight_sum = 0.0
         self._polls = 0
+        self._whole = True  # every poll of the epoch so far was whole
         self._anchor: EpochRate | None = None
 
     @property
@@ -52,11 +58,12 @@ class ThroughputProbe:
         self._tokens += poll.generation_tokens
         self._inflight_sum += inflight
         self._polls += 1
+        self._whole = self._whole and poll.whole
         if index <= self._index:
             return False
         elapsed = poll.at - self._since
         epoch = None
-        if elapsed > 0 and self._polls > 0:
+        if elapsed > 0 and self._whole:
             epoch = EpochRate(self._inflight_sum / self._polls, self._tokens / elapsed)
         self._start(index, poll.at)
         return epoch is not None and self._judge(epoch)
@@ -78,6 +85,7 @@ class ThroughputProbe:
         self._tokens = 0
         self._inflight_sum = 0.0
         self._polls = 0
+        self._whole = True
 
     def to_json(self) -> dict[str, Any]:
         anchor = self._anchor
@@ -86,5 +94,12 @@ class ThroughputProbe:
     def load_json(self, data: Mapping[str, Any]) -> None:
         """Keep the anchor only: the epoch in progress was measured on another clock."""
         anchor = data["anchor"]
-        self._anchor = None if anchor is None else EpochRate(float(anchor[0]), float(anchor[1]))
+        if anchor is None:
+            self._anchor = None
+        elif isinstance(anchor, list) and len(anchor) == 2:
+            pair = {"anchor inflight": anchor[0], "anchor rate": anchor[1]}
+            inflight = stored_number(pair, "anchor inflight", low=0.0)
+            self._anchor = EpochRate(inflight, stored_number(pair, "anchor rate", low=0.0))
+        else:
+            raise ValueError(f"anchor must be null or [inflight, rate], got {anchor!r}")
         self._index = None

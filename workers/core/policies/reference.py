@@ -8,9 +8,10 @@ from typing import Any, ClassVar
 
 from workers.core.decisions import Cause, DecisionKind, Signal
 from workers.core.policies.base import PoolView, Proposal, Reading
+from workers.core.policies.reductions import TrimRest, cut_proposal
 from workers.core.policies.signals import Overload, OverloadTracker, classify, overload_figures
 from workers.core.polls import PollSummary
-from workers.core.validation import check_range
+from workers.core.validation import check_range, stored_optional_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +79,13 @@ class ReferencePolicy:
         self._overload = OverloadTracker(
             queue_ratio=self.config.queue_ratio, queue_polls=self.config.queue_polls
         )
-        self._polls_since_trim: int | None = None
+        self._trim_rest = TrimRest(self.config.trim_hysteresis_polls)
         self._last: tuple[Overload, PollSummary] | None = None
 
     def read(self, poll: PollSummary, pool: PoolView) -> Reading:
-        overload = self._overload.update(poll)
+        overload = self._overload.update(poll, draining=pool.draining)
         self._last = (overload, poll)
-        if self._polls_since_trim is not None:
-            self._polls_since_trim += 1
+        self._trim_rest.tick()
         signal, cause = classify(overload, poll, self.config.soft_kv_usage)
         clear = signal is Signal.CLEAR and poll.waiting_capacity == 0
         growth = self.config.multiplier(poll.max_kv_usage) if clear else 1.0
@@ -96,46 +96,26 @@ class ReferencePolicy:
             return None
         overload, poll = self._last
         if overload.hard:
-            return self._cut(overload, pool)
+            return cut_proposal(overload, pool, self.config, self._overload)
         return self._trim(poll, pool)
-
-    def _cut(self, overload: Overload, pool: PoolView) -> Proposal:
-        cfg = self.config
-        escalated = (
-            pool.polls_since_release is not None
-            and pool.polls_since_release <= cfg.escalation_polls
-        )
-        if escalated:
-            factor = cfg.escalated_factor
-        elif overload.preempted:
-            factor = cfg.preemption_factor
-        else:
-            factor = cfg.queue_factor
-        self._overload.forget_queue()
-        detail = f"inflight {pool.inflight} x {factor}" + (" (escalated)" if escalated else "")
-        return Proposal(DecisionKind.CUT, factor * pool.inflight, True, overload.hard_cause, detail)
 
     def _trim(self, poll: PollSummary, pool: PoolView) -> Proposal | None:
         cfg = self.config
         usage = poll.max_kv_usage
-        rested = (
-            self._polls_since_trim is None or self._polls_since_trim >= cfg.trim_hysteresis_polls
-        )
-        if usage <= cfg.trim_kv_usage or not rested:
+        if usage <= cfg.trim_kv_usage or not self._trim_rest.rested:
             return None
         level = pool.inflight * cfg.trim_target_usage / usage
         if level >= pool.level:
             return None
-        self._polls_since_trim = 0
+        self._trim_rest.trimmed()
         detail = f"inflight {pool.inflight} x {cfg.trim_target_usage} / kv {usage:.3f}"
         return Proposal(
             DecisionKind.TRIM, level, usage > cfg.shed_kv_usage, Cause.KV_PRESSURE, detail
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {"overload": self._overload.to_json(), "polls_since_trim": self._polls_since_trim}
+        return {"overload": self._overload.to_json(), "polls_since_trim": self._trim_rest.since}
 
     def load_json(self, data: Mapping[str, Any]) -> None:
         self._overload.load_json(data["overload"])
-        since = data["polls_since_trim"]
-        self._polls_since_trim = None if since is None else int(since)
+        self._trim_rest.since = stored_optional_count(data, "polls_since_trim")

@@ -13,6 +13,7 @@ from typing import Any
 
 from workers.core.decisions import Cause, Signal
 from workers.core.polls import PollSummary
+from workers.core.validation import stored_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,12 @@ class Overload:
 
 
 class OverloadTracker:
-    """Keeps the queue streak and the previous poll's waiting engines."""
+    """Keeps the queue streak and the previous poll's waiting engines.
+
+    The streak does not count while a drain holds: a backlog that predates a cut outlives it
+    for a while, and counting it would give a second, escalated cut the moment the drain
+    releases. Only polls after the release can make a new case for queue overload.
+    """
 
     def __init__(self, *, queue_ratio: float, queue_polls: int) -> None:
         self._queue_ratio = queue_ratio
@@ -43,9 +49,9 @@ class OverloadTracker:
         self._queue_streak = 0
         self._waiting_before: frozenset[str] = frozenset()
 
-    def update(self, poll: PollSummary) -> Overload:
+    def update(self, poll: PollSummary, *, draining: bool = False) -> Overload:
         queue_over = poll.waiting_capacity > self._queue_ratio * poll.running
-        self._queue_streak = self._queue_streak + 1 if queue_over else 0
+        self._queue_streak = self._queue_streak + 1 if queue_over and not draining else 0
         waiting_twice = bool(poll.waiting_engines & self._waiting_before)
         self._waiting_before = poll.waiting_engines
         return Overload(
@@ -64,11 +70,11 @@ class OverloadTracker:
         return {"queue_streak": self._queue_streak, "waiting": sorted(self._waiting_before)}
 
     def load_json(self, data: Mapping[str, Any]) -> None:
-        streak = int(data["queue_streak"])
-        if streak < 0:
-            raise ValueError(f"queue_streak must be >= 0, got {streak}")
-        self._queue_streak = streak
-        self._waiting_before = frozenset(str(e) for e in data["waiting"])
+        waiting = data["waiting"]
+        if not isinstance(waiting, list) or not all(isinstance(e, str) for e in waiting):
+            raise ValueError(f"waiting must be a list of engine ids, got {waiting!r}")
+        self._queue_streak = stored_count(data, "queue_streak")
+        self._waiting_before = frozenset(waiting)
 
 
 def classify(overload: Overload, poll: PollSummary, soft_kv_usage: float) -> tuple[Signal, Cause]:

@@ -1,0 +1,72 @@
+"""Which group the dispatcher serves next, and which it sheds first."""
+
+from __future__ import annotations
+
+from workers.core.dispatch_groups import GroupQueue, LiveEpisode
+from workers.core.episodes import EpisodeTicket, GroupSpec
+from workers.core.permits import EpisodeKind, PermitLedger
+
+LEDGER = PermitLedger()
+
+
+def spec(group_id: str, size: int = 2, kind: EpisodeKind = EpisodeKind.TRAIN) -> GroupSpec[int]:
+    return GroupSpec(group_id, kind, "math", 0, tuple(range(size)))
+
+
+def next_id(queue: GroupQueue) -> str | None:
+    group = queue.next()
+    return None if group is None else group.spec.group_id
+
+
+def start(queue: GroupQueue, count: int, at: float) -> None:
+    """Admit ``count`` episodes of the next group, each live from ``at``."""
+    group = queue.next()
+    assert group is not None
+    for index in queue.admit(group, count):
+        ticket = EpisodeTicket(group.spec.group_id, index, group.spec.kind, "math", 0, index)
+        permit = LEDGER.issue(group.spec.kind, "a", at)
+        group.live[index] = LiveEpisode(ticket, permit, at)
+
+
+def test_a_started_group_is_served_before_new_ones_then_fifo() -> None:
+    queue = GroupQueue()
+    for name in ("a", "b", "c"):
+        queue.add(spec(name, size=3))
+    start(queue, 2, at=0.0)
+    assert [next_id(queue) for _ in range(2)] == ["a", "a"]  # asking does not advance
+    start(queue, 1, at=1.0)  # a is fully admitted now
+    assert next_id(queue) == "b"
+    assert (queue.pending_episodes, len(queue)) == (6, 3)
+
+
+def test_a_closed_group_is_skipped_and_forgotten_once_its_episodes_end() -> None:
+    queue = GroupQueue()
+    queue.add(spec("a"))
+    queue.add(spec("b"))
+    start(queue, 1, at=0.0)
+    (a, b) = queue.groups()
+    queue.close(a)
+    assert ("a" in queue, queue.next()) == (True, b)  # a still has a live episode
+    queue.ended(a, 0)
+    assert ("a" in queue, a.remaining) == (False, 0)
+    queue.close(b)
+    assert (len(queue), queue.next()) == (0, None)
+
+
+def test_victims_are_open_train_groups_with_live_episodes_youngest_first() -> None:
+    queue = GroupQueue()
+    queue.add(spec("old", size=1))
+    queue.add(spec("eval", size=1, kind=EpisodeKind.EVAL))
+    queue.add(spec("young", size=1))
+    queue.add(spec("queued", size=1))
+    for at in (0.0, 1.0, 2.0):
+        start(queue, 1, at=at)
+    assert [g.spec.group_id for g in queue.victims()] == ["young", "old"]
+
+
+def test_open_where_selects_by_spec() -> None:
+    queue = GroupQueue()
+    queue.add(spec("a"))
+    queue.add(spec("b", kind=EpisodeKind.EVAL))
+    evals = queue.open_where(lambda s: s.kind is EpisodeKind.EVAL)
+    assert [g.spec.group_id for g in evals] == ["b"]

@@ -1,0 +1,215 @@
+"""The control loop: engine polls and episode completions drive the controller, and the
+controller's cap and sheds drive the dispatcher.
+
+This is the runtime's inner loop with its I/O injected: ``poll`` returns one load sample per
+engine (the engine monitor in production, a script in tests), ``run_episode`` runs one episode
+on an engine (the rollout client), and the clock says when to poll. Every ``poll_period`` it
+polls, hands the samples and the in-flight count to the controller, and applies the result:
+the cap in force goes to the dispatcher, and a decision's shed cancels that many episodes,
+youngest groups first. Every episode that ends on its own (completed or failed) goes to the
+controller, which may grow the cap at once. Episodes the dispatcher cancelled are not fed: a
+shed episode says nothing about what the engines can carry.
+
+A poll that raises, or samples the controller rejects, are logged and skipped; the loop keeps
+its period. The controller itself turns missing polls into a growth freeze once its poll TTL
+passes, so a broken monitor can never make the pool look clear.
+
+    async with ControlLoop(controller=ctl, poll=poll, run_episode=run, clock=clock,
+                           engines=["engine-0"]) as loop:
+        loop.dispatcher.submit(group)
+        ...
+    # leaving the block cancels every episode (aborting its requests) and returns its permit
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
+
+from workers.core.clock import Clock
+from workers.core.control_records import EpisodeCompletion
+from workers.core.decisions import Decision
+from workers.core.dispatch_records import DispatcherConfig
+from workers.core.dispatcher import Dispatcher, OnFinished, RunEpisode
+from workers.core.episodes import FinishedEpisode, P
+from workers.core.permits import PermitOutcome
+from workers.core.samples import LoadSample
+from workers.core.validation import check_range
+
+logger = logging.getLogger(__name__)
+
+Poll = Callable[[], Awaitable[Sequence[LoadSample]]]
+
+
+class EpisodeResult(Protocol):
+    """What the loop reads from an episode's result: the rollout client's TurnResult fits."""
+
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def ok(self) -> bool: ...
+
+
+R = TypeVar("R", bound=EpisodeResult)
+
+
+class Steering(Protocol):
+    """The controller as the loop drives it; ``Controller`` and ``ObserveOnly`` both fit."""
+
+    @property
+    def cap(self) -> int: ...
+
+    def on_poll(
+        self, samples: Sequence[LoadSample], *, inflight: int, now: float
+    ) -> tuple[Decision, ...]: ...
+
+    def on_completion(
+        self, completion: EpisodeCompletion, *, now: float
+    ) -> tuple[Decision, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    poll_period: float = 5.0  # prime-rl polls the engines about every 5 s
+    decision_log_size: int = 10_000  # recent decisions kept in memory for the run's views
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.poll_period):
+            raise ValueError(f"poll_period must be finite, got {self.poll_period}")
+        check_range("poll_period", self.poll_period, 0.001, 3600.0)
+        check_range("decision_log_size", self.decision_log_size, 1, 10_000_000)
+
+
+class LoopState(StrEnum):
+    NEW = "new"  # built: the dispatcher takes groups, nothing runs until entered
+    RUNNING = "running"  # polling; episodes admitted under the controller's cap
+    CLOSED = "closed"  # stopped: no task left, every permit returned
+
+
+class ControlLoop(Generic[P, R]):
+    """Owns the dispatcher and the poll task; entered once, closed once."""
+
+    def __init__(
+        self,
+        *,
+        controller: Steering,
+        poll: Poll,
+        run_episode: RunEpisode[P, R],
+        clock: Clock,
+        engines: Iterable[str],
+        config: LoopConfig | None = None,
+        dispatcher_config: DispatcherConfig | None = None,
+        on_finished: OnFinished[P, R] | None = None,
+    ) -> None:
+        self.config = config or LoopConfig()
+        self._controller = controller
+        self._poll = poll
+        self._clock = clock
+        self._on_finished = on_finished
+        self._log: deque[Decision] = deque(maxlen=self.config.decision_log_size)
+        self._state = LoopState.NEW
+        self._task: asyncio.Task[None] | None = None
+        self.polls = 0  # polls the controller took
+        self.failed_polls = 0  # polls that raised or whose samples the controller rejected
+        self.dispatcher: Dispatcher[P, R] = Dispatcher(
+            run_episode=run_episode,
+            on_finished=self._finished,
+            clock=clock,
+            cap=0,  # nothing runs before the loop does
+            config=dispatcher_config,
+            engines=engines,
+        )
+
+    @property
+    def state(self) -> LoopState:
+        return self._state
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        """The most recent decisions, oldest first, at most ``decision_log_size``."""
+        return tuple(self._log)
+
+    async def __aenter__(self) -> ControlLoop[P, R]:
+        if self._state is not LoopState.NEW:
+            raise RuntimeError(f"control loop is {self._state.value}; it can be entered once")
+        self._state = LoopState.RUNNING
+        self.dispatcher.set_cap(self._controller.cap)
+        self._task = asyncio.get_running_loop().create_task(self._poll_forever())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop polling, cancel every episode and wait until each has returned its permit."""
+        if self._state is LoopState.CLOSED:
+            return
+        self._state = LoopState.CLOSED
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.dispatcher.aclose()
+
+    async def _poll_forever(self) -> None:
+        """Polls start one period apart; after a poll that overran its period, the next starts
+        at once, and the missed ones are not made up (a burst would shorten every streak the
+        policies count in polls)."""
+        while True:
+            started = self._clock.now()
+            await self._poll_once()
+            await self._clock.sleep(max(0.0, started + self.config.poll_period - self._clock.now()))
+
+    async def _poll_once(self) -> None:
+        """One poll; whatever fails in it is logged and the loop keeps its period, because a
+        dead poll task would leave the cap frozen while episodes keep flowing."""
+        try:
+            samples = await self._poll()
+            decisions = self._controller.on_poll(
+                samples, inflight=self.dispatcher.inflight, now=self._clock.now()
+            )
+            self.polls += 1
+            self._apply(decisions)
+        except Exception:
+            self.failed_polls += 1
+            logger.exception("control loop: poll skipped, the cap holds")
+
+    def _finished(self, finished: FinishedEpisode[P, R]) -> None:
+        """The dispatcher's callback for every episode that left the pool."""
+        if finished.outcome is not PermitOutcome.CANCELLED:
+            self._complete(finished)
+        if self._on_finished is not None:
+            self._on_finished(finished)
+
+    def _complete(self, finished: FinishedEpisode[P, R]) -> None:
+        result = finished.result
+        if finished.outcome is PermitOutcome.COMPLETED and result is not None:
+            tokens, ok = result.tokens, result.ok
+        else:
+            tokens, ok = 0, False
+        try:
+            completion = EpisodeCompletion(tokens=tokens, ok=ok, pool=finished.pool)
+        except ValueError:
+            ticket = finished.ticket
+            logger.exception(
+                "control loop: episode %s/%d gave a result the controller cannot read",
+                ticket.group_id,
+                ticket.index,
+            )
+            return
+        self._apply(self._controller.on_completion(completion, now=self._clock.now()))
+
+    def _apply(self, decisions: tuple[Decision, ...]) -> None:
+        self._log.extend(decisions)
+        for decision in decisions:
+            logger.info("control loop: %s", decision.reason)
+        self.dispatcher.set_cap(self._controller.cap)
+        shed = sum(decision.shed for decision in decisions)
+        if shed:
+            self.dispatcher.shed(shed)
