@@ -49,6 +49,7 @@ async def test_unpatched_engine_dies(engine_factory: EngineFactory) -> None:
             if response.status_code != 200:
                 break
     assert statuses[-1] == 500, f"no failure in {len(statuses)} requests: {statuses}"
+    print(f"unpatched: statuses {statuses}; the server exits next")
     try:
         engine.process.wait(timeout=EXIT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -68,9 +69,15 @@ async def test_patched_engine_survives_load(engine: Engine, first_unknown_id: in
         responses = await asyncio.gather(*(one(client) for _ in range(PATCHED_REQUESTS)))
         health = await client.get("/health")
 
-    assert Counter(r.status_code for r in responses) == {200: PATCHED_REQUESTS}
+    statuses = Counter(r.status_code for r in responses)
+    assert statuses == {200: PATCHED_REQUESTS}
     ids = [i for r in responses for choice in r.json()["choices"] for i in sampled_ids(choice)]
     unknown = sum(i >= first_unknown_id for i in ids)
+    print(
+        f"patched: {PATCHED_REQUESTS} requests at concurrency {CONCURRENCY}: statuses "
+        f"{dict(statuses)}, {unknown} of {len(ids)} sampled ids out of vocabulary, "
+        f"/health afterwards {health.status_code}"
+    )
     assert unknown > 0, f"no unknown id among {len(ids)} sampled tokens: the load proves nothing"
     assert health.status_code == 200
     assert engine.process.poll() is None
