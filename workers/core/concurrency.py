@@ -71,6 +71,7 @@ class Controller:
         self._overrides = Overrides(config.min_inflight, config.max_inflight)
         self._observed = False  # an observe-only wrapper keeps the real cap
         self._growth = 1.0  # multiplier per turnover that the last poll allows
+        self._poll_turnovers = 0.0  # turnovers since the last poll read
         self._reading: Reading | None = None
         self._poll: PollSummary | None = None
         self._inflight = 0
@@ -143,6 +144,7 @@ class Controller:
         view = self._view()
         reading = self._reading = self.policy.read(poll, view)
         self._growth = reading.growth if poll.complete else 1.0
+        self._poll_turnovers = 0.0
         if poll.complete and self._freshness.complete(now):
             out += (self._moment(now).policy_record(DecisionKind.STALE_THAW, Cause.FRESH, ""),)
         out += self._check_stall(now) + self._check_requests(poll, now)
@@ -165,10 +167,16 @@ class Controller:
         if not self._may_grow(completion, now):
             return out
         before = self._policy_cap()
-        self._level = self._bounded(self._level * self._growth ** (1.0 / n))
+        self._level = self._bounded(self._level * self._growth ** self._licensed(1.0 / n))
         if self._policy_cap() != before and self._grow_log.grew(before):
             out += self._record_growth(now)
         return out
+
+    def _licensed(self, turnovers: float) -> float:
+        """The part of these turnovers that the last poll's evidence still covers."""
+        limit = self.config.turnovers_per_poll
+        used, self._poll_turnovers = self._poll_turnovers, self._poll_turnovers + turnovers
+        return turnovers if not limit else max(0.0, min(turnovers, limit - used))
 
     def pin(self, cap: int, ttl: float, *, now: float) -> Decision:
         """Hold the cap at ``cap`` for ``ttl`` seconds or until ``release``."""

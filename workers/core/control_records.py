@@ -27,6 +27,11 @@ class ControllerConfig:
     # for the engines can be followed by another (the reference's latch then holds forever,
     # seen on real vLLM); 0 keeps the reference's latch exactly.
     drain_stuck_polls: int = 3
+    # Pacer: one poll's evidence licenses at most this many turnovers of growth, so the cap
+    # cannot outrun the metrics when episodes are short against the poll period (reference
+    # caps doubled between two 1 s polls on real vLLM, then cut); 0 keeps the reference's
+    # unbounded growth between polls. At 5 s polls and minute-long episodes it never binds.
+    turnovers_per_poll: float = 1.0
 
     def __post_init__(self) -> None:
         check_range("min_inflight", self.min_inflight, 1, MAX_CAP)
@@ -42,6 +47,7 @@ class ControllerConfig:
         check_range("start_wait", self.start_wait, 0.0, 3600.0)
         check_range("over_permit_polls", self.over_permit_polls, 1, 1000)
         check_range("drain_stuck_polls", self.drain_stuck_polls, 0, 1000)
+        check_range("turnovers_per_poll", self.turnovers_per_poll, 0.0, 1000.0)
 
 
 @dataclass(frozen=True, slots=True)

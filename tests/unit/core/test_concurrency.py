@@ -140,8 +140,27 @@ def test_grow_one_full_turnover_grows_the_cap_by_a_quarter_at_any_scale(start: i
 def test_f6_growth_works_at_caps_1_2_5_9(start: int) -> None:
     ctl = controller(start=start)
     for t in range(1, 5):
+        ctl.on_poll([sample()], inflight=ctl.cap, now=float(t) / 10)
         turnover(ctl, now=float(t) / 10)
     assert ctl.cap > start
+
+
+def test_one_poll_licenses_one_turnover_of_growth_however_many_complete() -> None:
+    ctl = controller(start=100)
+    for _ in range(4):
+        turnover(ctl, now=0.5)
+    assert ctl.cap == 125
+    ctl.on_poll([sample()], inflight=125, now=1.0)
+    for _ in range(4):
+        turnover(ctl, now=1.5)
+    assert ctl.cap == math.floor(100 * 1.25 * 1.25)
+
+
+def test_turnovers_per_poll_zero_grows_between_polls_like_the_reference() -> None:
+    ctl = controller(start=100, turnovers_per_poll=0.0)
+    for _ in range(4):
+        turnover(ctl, now=0.5)
+    assert ctl.cap > math.floor(100 * 1.25 * 1.25)  # more than two turnovers' growth
 
 
 def test_no_growth_after_a_soft_poll() -> None:
