@@ -1,114 +1,27 @@
-"""The dispatcher against a hand-driven fake engine: permits, pacing, routing, shedding."""
+"""The dispatcher against a hand-driven fake engine: permits, pacing, routing, off-policy
+drops, endings and lifecycle."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
+from tests.unit.core.dispatch_harness import (
+    EVAL,
+    TRAIN,
+    UNPACED,
+    FakeEngines,
+    MakeHarness,
+    started,
+)
 from workers.core.clock import ManualClock
 from workers.core.dispatch_records import DispatcherConfig
 from workers.core.dispatcher import Dispatcher
 from workers.core.episodes import CancelReason, EpisodeTicket, FinishedEpisode, GroupSpec
-from workers.core.pacing import PacingConfig
-from workers.core.permits import EpisodeKind, PermitOutcome
+from workers.core.permits import PermitOutcome
 from workers.core.tallies import Tally, TallyKey
-
-TRAIN, EVAL = EpisodeKind.TRAIN, EpisodeKind.EVAL
-UNPACED = DispatcherConfig(pacing=PacingConfig(cap_fraction=1.0))
-
-
-class FakeEngines:
-    """Episodes that run until the test finishes or fails them; records aborts."""
-
-    def __init__(self) -> None:
-        self.running: dict[tuple[str, int], asyncio.Future[int]] = {}
-        self.engine_of: dict[tuple[str, int], str] = {}
-        self.aborted: list[tuple[str, int]] = []
-
-    async def __call__(self, ticket: EpisodeTicket[int], engine: str) -> int:
-        key = (ticket.group_id, ticket.index)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.running[key] = future
-        self.engine_of[key] = engine
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self.aborted.append(key)  # where the real client closes its HTTP request
-            raise
-        finally:
-            del self.running[key]
-
-    def finish(self, group: str, *indices: int, tokens: int = 10) -> None:
-        for index in indices:
-            self.running[(group, index)].set_result(tokens)
-
-    def fail(self, group: str, index: int) -> None:
-        self.running[(group, index)].set_exception(RuntimeError("engine said 500"))
-
-    def live(self, group: str) -> list[int]:
-        return sorted(i for g, i in self.running if g == group)
-
-
-class Harness:
-    def __init__(
-        self, cap: int, config: DispatcherConfig = UNPACED, engines: tuple[str, ...] = ("a",)
-    ) -> None:
-        self.clock = ManualClock()
-        self.engines = FakeEngines()
-        self.finished: list[FinishedEpisode[int, int]] = []
-        self.dispatcher: Dispatcher[int, int] = Dispatcher(
-            run_episode=self.engines,
-            on_finished=self.finished.append,
-            clock=self.clock,
-            cap=cap,
-            config=config,
-            engines=engines,
-        )
-
-    def submit(self, group: str, size: int = 4, kind: EpisodeKind = TRAIN, version: int = 0):
-        spec = GroupSpec(group, kind, "math", version, tuple(range(size)))
-        return self.dispatcher.submit(spec)
-
-    async def settle(self) -> None:
-        for _ in range(6):
-            await asyncio.sleep(0)
-
-    async def advance(self, seconds: float) -> None:
-        self.clock.advance(seconds)
-        await self.settle()
-
-    @property
-    def inflight(self) -> int:
-        return self.dispatcher.inflight
-
-
-MakeHarness = Callable[..., Harness]
-
-
-@pytest.fixture
-async def make() -> AsyncIterator[MakeHarness]:
-    """Harnesses whose dispatchers are closed after the test, pacing timers included."""
-    made: list[Harness] = []
-
-    def factory(*args: Any, **kwargs: Any) -> Harness:
-        made.append(Harness(*args, **kwargs))
-        return made[-1]
-
-    yield factory
-    for harness in made:
-        await harness.dispatcher.aclose()
-
-
-async def started(count_groups: int, h: Harness, size: int = 4, gap: float = 1.0) -> None:
-    for n in range(count_groups):
-        h.submit(f"g{n}", size)
-        await h.advance(gap)
-
 
 # -- permits and the cap ---------------------------------------------------------------------
 
@@ -267,75 +180,6 @@ async def test_no_healthy_engine_means_no_admission_until_one_returns(make: Make
     h.dispatcher.set_engines(["a"])
     await h.settle()
     assert h.inflight == 4
-
-
-# -- shedding --------------------------------------------------------------------------------
-
-
-async def test_shed_cancels_whole_train_groups_youngest_first_and_aborts_their_requests(
-    make: MakeHarness,
-) -> None:
-    h = make(cap=100)
-    await started(3, h)
-    report = h.dispatcher.shed(3)
-    await h.settle()
-    assert (report.group_ids, report.cancelled) == (("g2",), 4)
-    assert sorted(h.engines.aborted) == [("g2", i) for i in range(4)]
-    assert h.inflight == 8
-    report = h.dispatcher.shed(5)
-    assert report.group_ids == ("g1", "g0")
-
-
-async def test_a_groups_age_is_the_start_of_its_oldest_live_member(make: MakeHarness) -> None:
-    h = make(cap=5)
-    h.submit("old", 4)
-    await h.advance(1.0)
-    h.submit("mid", 1)  # started at t=1
-    await h.advance(1.0)
-    h.dispatcher.set_cap(0)
-    h.engines.finish("old", 0, 1, 2, 3)  # old's first members are gone...
-    await h.settle()
-    h.dispatcher.shed(0)
-    h.submit("old2", 4)
-    h.dispatcher.set_cap(5)
-    # Completions above the cap banked no credit, so old2 starts when the window slides (t=5).
-    await h.advance(5.0)
-    # ...so "old2" is younger than "mid" (t=1): it goes first.
-    assert h.dispatcher.shed(1).group_ids == ("old2",)
-
-
-async def test_only_live_episodes_count_toward_the_number_shed(make: MakeHarness) -> None:
-    h = make(cap=100)
-    await started(3, h)
-    h.engines.finish("g2", 0, 1, 2)  # g2 has one live episode left
-    await h.settle()
-    report = h.dispatcher.shed(3)
-    assert (report.group_ids, report.cancelled) == (("g2", "g1"), 5)
-
-
-async def test_eval_groups_are_never_shed(make: MakeHarness) -> None:
-    h = make(cap=100)
-    h.submit("eval", 4, EVAL)
-    h.submit("train", 4, TRAIN)
-    await h.settle()
-    report = h.dispatcher.shed(8)
-    await h.settle()
-    assert (report.group_ids, report.cancelled, h.engines.live("eval")) == (
-        ("train",),
-        4,
-        [0, 1, 2, 3],
-    )
-
-
-async def test_an_episode_cancelled_before_its_first_step_still_returns_its_permit(
-    make: MakeHarness,
-) -> None:
-    h = make(cap=100)
-    h.submit("g0")
-    report = h.dispatcher.shed(1)  # no yield since submit: the tasks never ran
-    await h.settle()
-    assert (report.cancelled, h.inflight) == (4, 0)
-    assert [f.outcome for f in h.finished] == [PermitOutcome.CANCELLED] * 4
 
 
 # -- off-policy drops ------------------------------------------------------------------------
@@ -522,39 +366,3 @@ async def test_bad_input_is_refused(make: MakeHarness) -> None:
     with pytest.raises(ValueError, match="no episodes"):
         GroupSpec("empty", TRAIN, "math", 0, ())
     await h.dispatcher.aclose()
-
-
-# -- property: a shed never overshoots by more than one group ---------------------------------
-
-
-async def _shed_scenario(sizes: list[int], done: list[int], kinds: list[bool], ask: int) -> None:
-    h = Harness(cap=10_000)
-    for n, (size, is_eval) in enumerate(zip(sizes, kinds, strict=True)):
-        h.submit(f"g{n}", size, EVAL if is_eval else TRAIN)
-        await h.advance(1.0)
-    for n, (size, finished) in enumerate(zip(sizes, done, strict=True)):
-        h.engines.finish(f"g{n}", *range(min(finished, size)))
-    await h.settle()
-    live_train = sum(len(h.engines.live(f"g{n}")) for n, is_eval in enumerate(kinds) if not is_eval)
-    report = h.dispatcher.shed(ask)
-    await h.settle()
-    assert report.cancelled <= ask + max(sizes) - 1 or report.cancelled == 0
-    assert report.cancelled >= min(ask, live_train)
-    assert h.inflight == sum(len(h.engines.live(f"g{n}")) for n in range(len(sizes)))
-    await h.dispatcher.aclose()
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    data=st.lists(
-        st.tuples(st.integers(1, 8), st.integers(0, 8), st.booleans()), min_size=1, max_size=12
-    ),
-    ask=st.integers(0, 40),
-)
-def test_property_a_shed_cancels_at_most_the_ask_plus_one_group(
-    data: list[tuple[int, int, bool]], ask: int
-) -> None:
-    sizes = [d[0] for d in data]
-    done = [d[1] for d in data]
-    kinds = [d[2] for d in data]
-    asyncio.run(_shed_scenario(sizes, done, kinds, ask))
