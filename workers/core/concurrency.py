@@ -40,8 +40,9 @@ class Controller:
       g ** (1 / n), g being what the last poll allows, so one replacement of the pool grows it
       by g at any scale. Only after a complete poll younger than ``poll_ttl``, outside a drain,
       with the cap binding (n >= ``binding_fraction`` x cap: raising an unused cap inflates
-      it), for an episode that produced tokens (a failing engine must not look idle). The cap
-      is kept unrounded so that small caps grow too, and recorded at most once per poll.
+      it), for an episode that produced tokens (a failing engine must not look idle), and
+      never past the reading's ceiling. The cap is kept unrounded so that small caps grow too,
+      and recorded at most once per poll.
     - A cut sets the drain latch: no cut, trim or growth until it releases (``DrainLatch``).
       A cut or a trim never raises the cap.
     - Stale metrics (``Freshness``): with no fresh engine nothing is decided; with a stale one
@@ -167,7 +168,11 @@ class Controller:
         if not self._may_grow(completion, now):
             return out
         before = self._policy_cap()
-        self._level = self._bounded(self._level * self._growth ** self._licensed(1.0 / n))
+        grown = self._level * self._growth ** self._licensed(1.0 / n)
+        ceiling = None if self._reading is None else self._reading.ceiling
+        if ceiling is not None:
+            grown = min(grown, max(self._level, ceiling))
+        self._level = self._bounded(grown)
         if self._policy_cap() != before and self._grow_log.grew(before):
             out += self._record_growth(now)
         return out

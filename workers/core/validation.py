@@ -62,6 +62,15 @@ def stored_optional_number(
     return None if data[name] is None else stored_number(data, name, low=low)
 
 
+def stored_usages(data: Mapping[str, Any], name: str) -> list[float]:
+    """A list of usage fractions, each a finite number in [0, 1]."""
+    value = data[name]
+    usages = [_finite(v) for v in value] if isinstance(value, list) else [None]
+    if not all(u is not None and 0.0 <= u <= 1.0 for u in usages):
+        raise ValueError(f"{name} must be a list of numbers in [0, 1], got {value!r}")
+    return [u for u in usages if u is not None]
+
+
 def _finite(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None

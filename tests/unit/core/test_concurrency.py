@@ -234,6 +234,17 @@ def test_f2_sustained_mild_overload_never_raises_the_cap(policy) -> None:
     assert caps[-1] <= 200
 
 
+def test_growth_stops_at_the_ceiling_of_the_policy_reading() -> None:
+    ctl = controller(PacerPolicy(), start=200, max_inflight=1000)
+    ctl.on_poll(PREEMPT, inflight=200, now=5.0)  # cut to 170, knee 200: ceiling 180
+    ctl.on_poll([sample(kv=0.1)], inflight=170, now=10.0)  # drained: released
+    assert not ctl.draining
+    ctl.on_poll([sample(kv=0.1)], inflight=170, now=15.0)  # three polls of low KV
+    ctl.on_poll([sample(kv=0.1)], inflight=170, now=20.0)
+    turnover(ctl, now=21.0)  # x1.875 would make 318
+    assert ctl.cap == 180
+
+
 def test_growth_when_the_pool_is_exactly_the_binding_fraction_of_the_cap() -> None:
     ctl = controller(start=100)
     complete(ctl, 5, now=1.0, pool=90)  # 90 = 0.9 x 100 binds: 1.25 ** (5 / 90) passes 101

@@ -35,6 +35,7 @@ STEP_BASE = 0.02  # s per decode step at batch 0
 STEP_PER_SEQ = 0.0001  # s per decode step per running sequence
 PREFILL_PER_TOKEN = 1e-5  # s per prefilled token
 POLL_EVERY = 5  # s
+RATE_POLLS = 6  # throughput is judged over 30 s: one poll's token count is noisy
 GROUP = 8  # episodes per group: the pacing budget never falls below one group per window
 
 
@@ -116,6 +117,7 @@ class Run:
     decisions: list[Decision]
     caps: list[int]  # the cap at every poll
     turnovers: list[float]  # the turnover clock at every poll
+    rates: list[float]  # tokens per second over each poll interval
     preemptions: int
     tokens: float
 
@@ -126,7 +128,7 @@ def run_loop(policy: Policy, start: int, seconds: int, seed: int = 7) -> Run:
     engine, pacer = Engine(), AdmissionPacer()
     pool: list[Episode] = []
     decisions: list[Decision] = []
-    caps, turnovers = [], []
+    caps, turnovers, rates = [], [], []
     seen_preemptions, seen_tokens = 0, 0.0
     for now in range(seconds):
         room = min(ctl.cap - len(pool), pacer.available(now, ctl.cap, group_size=GROUP))
@@ -146,6 +148,7 @@ def run_loop(policy: Policy, start: int, seconds: int, seed: int = 7) -> Run:
             preempted = engine.preemptions - seen_preemptions
             generated = engine.generated - seen_tokens
             seen_preemptions, seen_tokens = engine.preemptions, engine.generated
+            rates.append(generated / POLL_EVERY)
             for decision in ctl.on_poll(
                 [engine.sample(now, preempted, generated)], inflight=len(pool), now=now
             ):
@@ -156,7 +159,7 @@ def run_loop(policy: Policy, start: int, seconds: int, seed: int = 7) -> Run:
                     pool.remove(victim)
             caps.append(ctl.cap)
             turnovers.append(ctl.make_stats(now).turnover)
-    return Run(decisions, caps, turnovers, engine.preemptions, engine.generated)
+    return Run(decisions, caps, turnovers, rates, engine.preemptions, engine.generated)
 
 
 def log(title: str, run: Run, lines: int = 10) -> None:
@@ -177,9 +180,11 @@ def cuts(run: Run) -> list[Decision]:
     return [d for d in run.decisions if d.kind is DecisionKind.CUT]
 
 
-def turnovers_to_reach(run: Run, level: float) -> float:
-    for cap, turnover in zip(run.caps, run.turnovers, strict=True):
-        if cap >= level:
+def turnovers_to_rate(run: Run, rate: float) -> float:
+    """When the throughput, averaged over the last ``RATE_POLLS`` polls, first reached ``rate``."""
+    for i, turnover in enumerate(run.turnovers):
+        window = run.rates[max(0, i - RATE_POLLS + 1) : i + 1]
+        if sum(window) / RATE_POLLS >= rate:
             return turnover
     return float("inf")
 
@@ -208,22 +213,20 @@ def test_from_1024_the_cap_comes_down_without_a_cascade(policy: type[Policy]) ->
     assert len(cuts(run)) <= drain_epochs
 
 
-def best_fixed_cap() -> int:
-    """The smallest fixed cap within 2 % of the sweep's best throughput: beyond it the curve
-    is flat, and a larger pool only adds latency and off-policy lag."""
-    rates = {
-        cap: run_loop(FixedPolicy(), start=cap, seconds=600).tokens
-        for cap in (200, 250, 275, 300, 350)
-    }
-    best = max(rates.values())
-    return min(cap for cap, tokens in rates.items() if tokens >= 0.98 * best)
+def best_fixed_rate() -> float:
+    """The best steady throughput of a sweep of fixed caps around the knee (second half of
+    each run, after the pool filled)."""
+    runs = [run_loop(FixedPolicy(), start=cap, seconds=600) for cap in (200, 250, 300, 350)]
+    return max(sum(run.rates[len(run.rates) // 2 :]) / (len(run.rates) // 2) for run in runs)
 
 
 def test_f1_time_to_90_percent_of_the_best_fixed_cap_pacer_beats_reference() -> None:
-    target = 0.9 * best_fixed_cap()
+    """F1 in throughput, not in cap: past the knee a larger cap only queues, so reaching the
+    best fixed cap's number is not the point; reaching its tokens per second is."""
+    target = 0.9 * best_fixed_rate()
     reference = run_loop(ReferencePolicy(), start=1, seconds=1800)
     pacer = run_loop(PacerPolicy(), start=1, seconds=1800)
-    slow, fast = turnovers_to_reach(reference, target), turnovers_to_reach(pacer, target)
-    print(f"\nF1: turnovers to {target:.0f} in flight: reference {slow:.1f}, pacer {fast:.1f}")
+    slow, fast = turnovers_to_rate(reference, target), turnovers_to_rate(pacer, target)
+    print(f"\nF1: turnovers to {target:.0f} tokens/s: reference {slow:.1f}, pacer {fast:.1f}")
     assert fast <= 30
     assert fast < slow

@@ -74,25 +74,37 @@ def test_trims_rest_3_polls() -> None:
     assert step(policy, pool(level=90.0), kv=0.98)[1] is not None
 
 
-def test_preemption_cuts_to_0_85_and_remembers_the_knee() -> None:
+def test_preemption_cuts_to_0_85_and_growth_stops_under_the_knee() -> None:
     policy = PacerPolicy()
     _, cut = step(policy, pool(inflight=200, level=200.0), preemptions=2)
     assert cut is not None
     assert (cut.kind, cut.shed) == (DecisionKind.CUT, True)
     assert cut.level == pytest.approx(170.0)
-    below_knee = step(policy, pool(level=170.0, inflight=170), kv=0.1)[0]
-    near_knee = step(policy, pool(level=185.0, inflight=185), kv=0.1)[0]
-    assert below_knee.growth == pytest.approx(1.875)
-    assert near_knee.growth == pytest.approx(1.05)
-    assert near_knee.figures["knee"] == 200.0
+    under = step(policy, pool(level=170.0, inflight=170), kv=0.1)[0]
+    assert (under.signal, under.growth, under.ceiling) == (Signal.CLEAR, 1.875, 180.0)
+    at_ceiling = step(policy, pool(level=180.0, inflight=180), kv=0.1)[0]
+    assert (at_ceiling.signal, at_ceiling.cause) == (Signal.SOFT, Cause.KNEE)
+    assert (at_ceiling.growth, at_ceiling.figures["knee"]) == (1.0, 200.0)
 
 
 def test_the_knee_is_forgotten_after_20_turnovers() -> None:
     policy = PacerPolicy()
     step(policy, pool(inflight=200, level=200.0), preemptions=2)
     at_21 = step(policy, pool(level=185.0, inflight=185, turnover=21.0), kv=0.1)[0]
-    assert at_21.growth == pytest.approx(1.875)
+    assert (at_21.signal, at_21.growth, at_21.ceiling) == (Signal.CLEAR, 1.875, None)
     assert "knee" not in at_21.figures
+
+
+def test_growth_reads_the_highest_kv_of_the_last_3_polls() -> None:
+    """A real vLLM engine under load once reported 0 running and KV 0 on one scrape: that
+    poll alone must not license slow start."""
+    policy = PacerPolicy()
+    step(policy, kv=0.7)
+    caught_idle = step(policy, kv=0.0)[0]
+    assert caught_idle.growth == pytest.approx(1.125)  # growth at KV 0.7, not at 0
+    step(policy, kv=0.0)
+    idle_for_3 = step(policy, kv=0.0)[0]
+    assert idle_for_3.growth == pytest.approx(2.0)
 
 
 def test_a_cut_soon_after_a_release_is_escalated_to_0_6() -> None:
@@ -209,6 +221,8 @@ def test_prefix_eviction_is_seen_inside_the_kv_dead_band_too() -> None:
         ("knee", float("nan"), "knee must be a finite number >= 0"),
         ("knee_turnover", None, "knee_turnover must be a finite number >= 0"),
         ("hold_until", "soon", "hold_until must be a finite number >= 0"),
+        ("recent_kv", [0.5, 1.5], r"recent_kv must be a list of numbers in \[0, 1\]"),
+        ("recent_kv", 0.5, r"recent_kv must be a list of numbers in \[0, 1\]"),
         ("probe", {"anchor": [100, "fast"]}, "anchor rate must be a finite number"),
         ("probe", {"anchor": [100]}, "anchor must be null or"),
     ],

@@ -27,12 +27,15 @@ class Reading:
     cause: Cause
     growth: float  # cap multiplier one full turnover of the pool may earn; 1.0 forbids growth
     figures: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    ceiling: float | None = None  # growth stops at this level; None: only the bounds hold it
 
     def __post_init__(self) -> None:
         if self.growth < 1.0:
             raise ValueError(f"growth multiplier must be >= 1.0, got {self.growth}")
         if self.signal is not Signal.CLEAR and self.growth != 1.0:
             raise ValueError(f"only a clear reading may allow growth, got {self.signal}")
+        if self.ceiling is not None and not self.ceiling >= 0:
+            raise ValueError(f"a growth ceiling must be >= 0, got {self.ceiling}")
         if not isinstance(self.figures, MappingProxyType):
             object.__setattr__(self, "figures", MappingProxyType(dict(self.figures)))
 

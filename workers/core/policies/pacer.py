@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -18,6 +19,7 @@ from workers.core.validation import (
     stored_number,
     stored_optional_count,
     stored_optional_number,
+    stored_usages,
 )
 
 
@@ -39,8 +41,10 @@ class PacerConfig:
     queue_factor: float = 0.9  # reference value
     escalated_factor: float = 0.6  # milder than the reference's 0.5: the knee memory holds
     escalation_polls: int = 6  # reference value
-    knee_margin: float = 0.9  # within 10 % of the last cut's pool, grow at probe speed only
-    knee_memory_turnovers: float = 20.0  # forget the knee this many turnovers after its cut
+    knee_margin: float = 0.9  # after a cut, growth stops 10 % under the pool that overloaded...
+    knee_memory_turnovers: float = 20.0  # ...until this many turnovers after that cut
+    growth_kv_polls: int = 3  # growth reads the highest KV of 3 polls: one real vLLM scrape
+    # under overload read 0 running and KV 0 with 18 episodes in flight
     hit_drop: float = 0.8  # prefix-hit rate below 0.8 x its clear baseline...
     hit_min_kv_usage: float = 0.5  # ...with KV above 0.5 means idle contexts are evicted
     hit_baseline_weight: float = 0.2  # EWMA weight of a clear poll in the hit-rate baseline
@@ -62,7 +66,8 @@ class PacerConfig:
         for name in ("hit_drop", "hit_baseline_weight", "eviction_factor", "flat_gain"):
             check_range(name, getattr(self, name), 0.01, 1.0)
         check_range("queue_ratio", self.queue_ratio, 0.0, 100.0)
-        for name in ("queue_polls", "trim_polls", "trim_hysteresis_polls", "escalation_polls"):
+        counts = ("queue_polls", "trim_polls", "trim_hysteresis_polls", "escalation_polls")
+        for name in (*counts, "growth_kv_polls"):
             check_range(name, getattr(self, name), 1, 1000)
         check_range("knee_memory_turnovers", self.knee_memory_turnovers, 1.0, 1e6)
         check_range("probe_step", self.probe_step, 0.01, 10.0)
@@ -86,19 +91,21 @@ class PacerPolicy:
     - SOFT, hold: KV between ``target_kv_usage`` and the trim line (the dead band); the capacity
       queue growing from one poll to the next; an engine waiting on two polls in a row; or a
       throughput probe that found the engines saturated.
-    - CLEAR, growth per turnover: below ``cruise_kv_usage``, slow start,
-      1 + (max_growth - 1) x (cruise - kv) / cruise, at least ``probe_growth``; from cruise to
-      target, ``probe_growth`` tapering linearly to 1.0, so the cap settles into the dead band
-      instead of crossing the trim line; never more than ``probe_growth`` within ``knee_margin``
-      of a remembered knee; nothing while any request waits for capacity.
+    - SOFT, knee: for ``knee_memory_turnovers`` after a cut, the cap stops at ``knee_margin``
+      x the pool that overloaded (the knee), like TCP's slow-start threshold after a loss.
+    - CLEAR, growth per turnover, on the highest KV usage of the last ``growth_kv_polls``
+      polls: below ``cruise_kv_usage``, slow start, 1 + (max_growth - 1) x (cruise - kv) /
+      cruise, at least ``probe_growth``; from cruise to target, ``probe_growth`` tapering
+      linearly to 1.0, so the cap settles into the dead band instead of crossing the trim
+      line; never past the knee's ceiling; nothing while any request waits for capacity.
 
     Why it should beat the reference: it ramps at up to x2 per turnover instead of x1.25 (a
     pessimistic start costs a few turnovers, not dozens); it runs KV up to ~0.88 instead of
     holding at the reference's 0.6 soft line, which is closer to the best fixed cap when KV is
     the limit; the dead band between growth's end and the trim line removes the grow-trim
     sawtooth; it brakes on signals that come before preemptions (queue rising, prefix
-    evictions, saturation), so cuts are rare; and after a cut it creeps back to the old knee at
-    probe speed instead of overshooting it again.
+    evictions, saturation), so cuts are rare; after a cut it stays under the old knee instead
+    of overshooting it again; and one scrape that catches an engine idle cannot double the cap.
     """
 
     name: ClassVar[str] = "pacer"
@@ -112,6 +119,7 @@ class PacerPolicy:
         self._hit_baseline: float | None = None
         self._knee: float | None = None
         self._knee_turnover = 0.0
+        self._recent_kv: deque[float] = deque(maxlen=cfg.growth_kv_polls)
         self._hold_until: float | None = None
         self._trim_rest = TrimRest(cfg.trim_hysteresis_polls)
         self._last: tuple[Overload, PollSummary, Cause] | None = None
@@ -128,6 +136,7 @@ class PacerPolicy:
         ):
             self._knee = None
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
+        self._recent_kv.append(poll.max_kv_usage)
         queue_rising = 0 < self._queue_before < poll.waiting_capacity
         self._queue_before = poll.waiting_capacity
         signal, cause = self._classify(overload, poll, queue_rising, pool)
@@ -136,10 +145,10 @@ class PacerPolicy:
         if signal is Signal.CLEAR:
             self._learn_hit_rate(poll)
             if poll.waiting_capacity == 0:
-                growth = self._growth(poll.max_kv_usage, pool.level)
+                growth = self._growth(max(self._recent_kv))
         figures = overload_figures(overload, poll)
         figures.update(self._figures(poll))
-        return Reading(signal, cause, growth, figures)
+        return Reading(signal, cause, growth, figures, self._ceiling())
 
     def propose(self, reading: Reading, pool: PoolView) -> Proposal | None:
         if self._last is None:
@@ -169,7 +178,13 @@ class PacerPolicy:
             return Signal.SOFT, Cause.WAITING
         if self._hold_until is not None and pool.turnover < self._hold_until:
             return Signal.SOFT, Cause.THROUGHPUT_FLAT
+        ceiling = self._ceiling()
+        if ceiling is not None and pool.level >= ceiling:
+            return Signal.SOFT, Cause.KNEE
         return Signal.CLEAR, Cause.CLEAR
+
+    def _ceiling(self) -> float | None:
+        return None if self._knee is None else self.config.knee_margin * self._knee
 
     def _evicting(self, poll: PollSummary) -> bool:
         hit, baseline = poll.prefix_hit_rate, self._hit_baseline
@@ -190,18 +205,15 @@ class PacerPolicy:
             weight = self.config.hit_baseline_weight
             self._hit_baseline += weight * (hit - self._hit_baseline)
 
-    def _growth(self, kv_usage: float, level: float) -> float:
+    def _growth(self, kv_usage: float) -> float:
         cfg = self.config
         if kv_usage < cfg.cruise_kv_usage:
             headroom = (cfg.cruise_kv_usage - kv_usage) / cfg.cruise_kv_usage
-            growth = max(cfg.probe_growth, 1.0 + (cfg.max_growth - 1.0) * headroom)
-        else:
-            band = cfg.target_kv_usage - cfg.cruise_kv_usage
-            headroom = (cfg.target_kv_usage - kv_usage) / band if band > 0 else 0.0
-            growth = 1.0 + (cfg.probe_growth - 1.0) * headroom
-        if self._knee is not None and level >= cfg.knee_margin * self._knee:
-            growth = min(growth, cfg.probe_growth)
-        return growth
+            return max(cfg.probe_growth, 1.0 + (cfg.max_growth - 1.0) * headroom)
+        if kv_usage >= cfg.target_kv_usage:
+            return 1.0
+        band = cfg.target_kv_usage - cfg.cruise_kv_usage
+        return 1.0 + (cfg.probe_growth - 1.0) * (cfg.target_kv_usage - kv_usage) / band
 
     def _cut(self, overload: Overload, pool: PoolView) -> Proposal:
         self._knee = float(pool.inflight)
@@ -258,6 +270,7 @@ class PacerPolicy:
             "knee": self._knee,
             "knee_turnover": self._knee_turnover,
             "hold_until": self._hold_until,
+            "recent_kv": list(self._recent_kv),
             "polls_since_trim": self._trim_rest.since,
         }
 
@@ -270,4 +283,7 @@ class PacerPolicy:
         self._knee = stored_optional_number(data, "knee", low=0.0)
         self._knee_turnover = stored_number(data, "knee_turnover", low=0.0)
         self._hold_until = stored_optional_number(data, "hold_until", low=0.0)
+        self._recent_kv = deque(
+            stored_usages(data, "recent_kv"), maxlen=self.config.growth_kv_polls
+        )
         self._trim_rest.since = stored_optional_count(data, "polls_since_trim")
