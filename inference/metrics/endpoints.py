@@ -27,7 +27,3 @@ class EngineSpec:
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
 
-
-def endpoint_of(engine_id: str) -> str:
-    """The configured engine name an engine id (possibly a data-parallel rank) belongs to."""
-    return engine_id.split("/", 1)[0]

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from inference.metrics.endpoints import EngineSpec, endpoint_of
-from workers.core.samples import EngineHealth, LoadSample
+from inference.metrics.endpoints import EngineSpec
+from workers.core.samples import EngineHealth, LoadSample, endpoint_of
 
 
 class WarningKind(StrEnum):

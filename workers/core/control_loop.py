@@ -5,8 +5,9 @@ This is the runtime's inner loop with its I/O injected: ``poll`` returns one loa
 engine (the engine monitor in production, a script in tests), ``run_episode`` runs one episode
 on an engine (the rollout client), and the clock says when to poll. Every ``poll_period`` it
 polls, hands the samples and the in-flight count to the controller, and applies the result:
-the cap in force goes to the dispatcher, and a decision's shed cancels that many episodes,
-youngest groups first. Every episode that ends on its own (completed or failed) goes to the
+the cap in force goes to the dispatcher, a decision's shed cancels that many episodes,
+youngest groups first, and an engine whose every rank is down gets no new groups until a
+poll finds it again. Every episode that ends on its own (completed or failed) goes to the
 controller, which may grow the cap at once. Episodes the dispatcher cancelled are not fed: a
 shed episode says nothing about what the engines can carry.
 
@@ -39,7 +40,7 @@ from workers.core.dispatch_records import DispatcherConfig
 from workers.core.dispatcher import Dispatcher, OnFinished, RunEpisode
 from workers.core.episodes import FinishedEpisode, P
 from workers.core.permits import PermitOutcome
-from workers.core.samples import LoadSample
+from workers.core.samples import EngineHealth, LoadSample
 from workers.core.validation import check_range
 
 logger = logging.getLogger(__name__)
@@ -114,6 +115,8 @@ class ControlLoop(Generic[P, R]):
         self._clock = clock
         self._on_finished = on_finished
         self._log: deque[Decision] = deque(maxlen=self.config.decision_log_size)
+        self._engines = tuple(engines)
+        self._down: frozenset[str] = frozenset()
         self._state = LoopState.NEW
         self._task: asyncio.Task[None] | None = None
         self.polls = 0  # polls the controller took
@@ -124,7 +127,7 @@ class ControlLoop(Generic[P, R]):
             clock=clock,
             cap=0,  # nothing runs before the loop does
             config=dispatcher_config,
-            engines=engines,
+            engines=self._engines,
         )
 
     @property
@@ -176,9 +179,24 @@ class ControlLoop(Generic[P, R]):
             )
             self.polls += 1
             self._apply(decisions)
+            self._route(samples)
         except Exception:
             self.failed_polls += 1
             logger.exception("control loop: poll skipped, the cap holds")
+
+    def _route(self, samples: Sequence[LoadSample]) -> None:
+        """Keep new groups off engines with no rank up or stale. One failed scrape (stale)
+        does not count: the server may well be serving while its metrics lag."""
+        alive = {s.endpoint for s in samples if s.health is not EngineHealth.DOWN}
+        down = frozenset(s.endpoint for s in samples if s.endpoint not in alive)
+        if down == self._down:
+            return
+        for engine in sorted(down - self._down):
+            logger.warning("control loop: engine %s is down; new groups go elsewhere", engine)
+        for engine in sorted(self._down - down):
+            logger.info("control loop: engine %s is back; it takes new groups again", engine)
+        self._down = down
+        self.dispatcher.set_engines(e for e in self._engines if e not in down)
 
     def _finished(self, finished: FinishedEpisode[P, R]) -> None:
         """The dispatcher's callback for every episode that left the pool."""

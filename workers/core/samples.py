@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
+def endpoint_of(engine_id: str) -> str:
+    """The configured engine an engine id belongs to: ``name/rank`` ids are data-parallel
+    ranks behind one server, which routing treats as one engine."""
+    return engine_id.split("/", 1)[0]
+
+
 class EngineRole(StrEnum):
     """Which phase an engine serves; overload signals read decode and unified engines only."""
 
@@ -52,6 +58,10 @@ class LoadSample:
     prefix_cache_queries: int  # prefix-cache queried tokens since the previous poll
     generation_tokens: int  # tokens generated since the previous poll
     restarted: bool = False  # a counter went backwards since the previous poll
+
+    @property
+    def endpoint(self) -> str:
+        return endpoint_of(self.engine_id)
 
     @property
     def is_fresh(self) -> bool:

@@ -23,7 +23,7 @@ from workers.core.pacing import PacingConfig
 from workers.core.permits import EpisodeKind, PermitOutcome
 from workers.core.policies.fixed import FixedPolicy
 from workers.core.policies.reference import ReferencePolicy
-from workers.core.samples import LoadSample
+from workers.core.samples import EngineHealth, LoadSample
 
 UNPACED = DispatcherConfig(pacing=PacingConfig(cap_fraction=1.0))
 PERIOD = 1.0
@@ -43,9 +43,11 @@ class Episodes:
     def __init__(self) -> None:
         self.running: dict[tuple[str, int], asyncio.Future[Done]] = {}
         self.aborted: list[tuple[str, int]] = []
+        self.engine_of: dict[tuple[str, int], str] = {}
 
     async def __call__(self, ticket: EpisodeTicket[int], engine: str) -> Done:
         key = (ticket.group_id, ticket.index)
+        self.engine_of[key] = engine
         future: asyncio.Future[Done] = asyncio.get_running_loop().create_future()
         self.running[key] = future
         try:
@@ -86,7 +88,9 @@ class Monitor:
 
 
 class Harness:
-    def __init__(self, controller: Steering, log_size: int = 10_000) -> None:
+    def __init__(
+        self, controller: Steering, log_size: int = 10_000, engines: tuple[str, ...] = ("e0",)
+    ) -> None:
         self.clock = ManualClock()
         self.episodes = Episodes()
         self.monitor = Monitor()
@@ -97,7 +101,7 @@ class Harness:
             poll=self.monitor,
             run_episode=self.episodes,
             clock=self.clock,
-            engines=["e0"],
+            engines=engines,
             config=LoopConfig(poll_period=PERIOD, decision_log_size=log_size),
             dispatcher_config=UNPACED,
             on_finished=self.finished.append,
@@ -398,3 +402,33 @@ async def test_the_decision_log_keeps_the_most_recent(make: MakeHarness) -> None
 def test_a_bad_config_is_refused_with_the_field_named(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LoopConfig(**fields)
+
+
+async def test_an_engine_with_every_rank_down_gets_no_new_groups_until_one_is_back(
+    make: MakeHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = await make(reference(start=8), engines=("e0", "e1"))
+    down = EngineHealth.DOWN
+    h.monitor.samples = [sample("e0/0", health=down), sample("e0/1", health=down), sample("e1")]
+    await h.advance(PERIOD)
+    h.submit(3, size=2)
+    await h.settle()
+    assert {h.episodes.engine_of[key] for key in h.episodes.running} == {"e1"}
+    assert "engine e0 is down" in caplog.text
+
+    h.monitor.samples = [sample("e0/0", health=down), sample("e0/1"), sample("e1")]
+    await h.advance(PERIOD)
+    h.submit(1, size=2)
+    await h.settle()
+    assert h.episodes.engine_of[("g4", 0)] == "e0"  # back, and the least loaded
+    assert "engine e0 is back" in caplog.text
+
+
+async def test_a_stale_engine_keeps_taking_groups(make: MakeHarness) -> None:
+    """One failed scrape says the metrics lag, not that the server stopped serving."""
+    h = await make(reference(start=8), engines=("e0", "e1"))
+    h.monitor.samples = [sample("e0", health=EngineHealth.STALE), sample("e1")]
+    await h.advance(PERIOD)
+    h.submit(2, size=2)
+    await h.settle()
+    assert {h.episodes.engine_of[key] for key in h.episodes.running} == {"e0", "e1"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference.metrics.endpoints import EngineSpec, endpoint_of
-from workers.core.samples import EngineRole
+from inference.metrics.endpoints import EngineSpec
+from workers.core.samples import EngineRole, endpoint_of
 
 
 def test_a_valid_spec_keeps_its_role() -> None:
