@@ -26,4 +26,3 @@ class EngineSpec:
             raise ValueError(f"base_url must be an http(s) URL with a host, got {self.base_url!r}")
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-
