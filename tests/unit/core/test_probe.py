@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.unit.core.builders import sample
 from workers.core.policies.probe import EpochRate, ThroughputProbe
 from workers.core.polls import PollSummary
@@ -99,3 +101,20 @@ def test_an_epoch_with_an_engine_restart_is_discarded_too() -> None:
     # The epoch after the discarded one is whole: 30 % more pool for 4 % more tokens is flat.
     verdicts = feed(probe, [(100, 1000), (130, 1300), (130, 1040)], polled=polled)
     assert verdicts == [False, False, True]
+
+
+def test_an_epoch_that_only_saw_an_empty_pool_is_never_the_anchor() -> None:
+    """Synchronous RL: waves of short episodes start and end between polls that see 0 in flight.
+    Such an epoch as the anchor made the next comparison divide by zero."""
+    probe = ThroughputProbe(step=0.1, flat_gain=0.3)
+    assert feed(probe, [(0, 1000), (0, 1000), (100, 1000), (120, 1040)]) == [
+        False,
+        False,
+        False,
+        True,
+    ]
+
+
+def test_a_stored_anchor_with_an_empty_pool_is_refused() -> None:
+    with pytest.raises(ValueError, match="anchor inflight must be > 0"):
+        ThroughputProbe(step=0.1, flat_gain=0.3).load_json({"anchor": [0, 50.0]})

@@ -9,7 +9,9 @@ because a poll's token count swings with the phase of long episodes.
 
 An epoch with a poll that is not whole (an engine stale, so its tokens are missing, or an
 engine restarted, so its deltas are zero) undercounts the tokens and would read as flat; it is
-discarded: neither judged nor kept as the anchor.
+discarded: neither judged nor kept as the anchor. So is an epoch whose polls all saw an empty
+pool (synchronous RL: a wave of short episodes can start and end between two polls): it says
+nothing about what a pool of some size produces.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class ThroughputProbe:
             return False
         elapsed = poll.at - self._since
         epoch = None
-        if elapsed > 0 and self._whole:
+        if elapsed > 0 and self._whole and self._inflight_sum > 0:
             epoch = EpochRate(self._inflight_sum / self._polls, self._tokens / elapsed)
         self._start(index, poll.at)
         return epoch is not None and self._judge(epoch)
@@ -99,6 +101,8 @@ class ThroughputProbe:
         elif isinstance(anchor, list) and len(anchor) == 2:
             pair = {"anchor inflight": anchor[0], "anchor rate": anchor[1]}
             inflight = stored_number(pair, "anchor inflight", low=0.0)
+            if inflight == 0:
+                raise ValueError("anchor inflight must be > 0: an empty pool is never an anchor")
             self._anchor = EpochRate(inflight, stored_number(pair, "anchor rate", low=0.0))
         else:
             raise ValueError(f"anchor must be null or [inflight, rate], got {anchor!r}")
