@@ -41,13 +41,13 @@ from inference.rollout_client import RolloutClient, Turn, TurnResult
 from tests.vllm.conftest import SERVED_MODEL, Engine, running_engine
 from workers.core.clock import MonotonicClock
 from workers.core.concurrency import Controller
-from workers.core.control_loop import ControlLoop, LoopConfig
+from workers.core.control_loop import ControlLoop, EpisodeFailed, LoopConfig
 from workers.core.control_records import ControllerConfig
 from workers.core.decisions import Cause, Decision, DecisionKind
 from workers.core.dispatch_records import DispatcherConfig
 from workers.core.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
 from workers.core.pacing import PacingConfig
-from workers.core.permits import EpisodeKind
+from workers.core.permits import EpisodeKind, PermitOutcome
 from workers.core.policies.base import Policy
 from workers.core.policies.fixed import FixedPolicy
 from workers.core.policies.pacer import PacerPolicy
@@ -118,6 +118,11 @@ class Run:
 
     def results(self, after: float = float("-inf")) -> list[TurnResult]:
         return [f.result for f in self.finished if f.result is not None and f.finished_at > after]
+
+    def failures(self) -> list[str]:
+        """Why episodes failed: the failed turn's result, or what was raised."""
+        errors = [f.error for f in self.finished if f.outcome is PermitOutcome.FAILED]
+        return [repr(e.result) if isinstance(e, EpisodeFailed) else repr(e) for e in errors]
 
     def print(self) -> None:
         print(f"\n--- {self.name}: decisions (seconds from the loop's start)")
@@ -238,13 +243,15 @@ async def test_a_fixed_cap_above_the_cache_makes_the_engine_preempt_and_queue(
         done,
     )
 
+    # The capacity queue is printed, not asserted: on a starved CPU the engine's front end can
+    # hold requests back from its scheduler, which then reports no queue at any scrape (seen
+    # in CI: 50 preemptions over 9 polls, queue 0 at each).
     assert run.preemptions() > 0
-    assert max(s.num_waiting_capacity or 0 for s in run.samples) > 0
     assert not {DecisionKind.CUT, DecisionKind.TRIM} & {d.kind for d in run.decisions}
     assert run.cap == FIXED_CAP
     results = run.results()
     assert results
-    assert all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+    assert not run.failures(), run.failures()[:3]
     assert sum(r.tokens for r in results) > 0
     await wait_idle(small_kv_engine)
 
@@ -294,7 +301,7 @@ async def test_the_adaptive_policy_cuts_on_the_overload_then_holds_without_preem
     assert run.cap < FIXED_CAP
     window = run.results(after=start)
     assert window and sum(r.tokens for r in window) > 0
-    assert all(r.ok for r in run.results())
+    assert not run.failures(), run.failures()[:3]
     print(
         f"--- {made.name}: {len(cuts)} cut(s); held from {start - run.started_at:.1f} s for "
         f"{end - start:.1f} s with {run.preemptions(after=start)} preemptions and "

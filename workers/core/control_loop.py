@@ -9,7 +9,8 @@ the cap in force goes to the dispatcher, a decision's shed cancels that many epi
 youngest groups first, and an engine whose every rank is down gets no new groups until a
 poll finds it again. Every episode that ends on its own (completed or failed) goes to the
 controller, which may grow the cap at once. Episodes the dispatcher cancelled are not fed: a
-shed episode says nothing about what the engines can carry.
+shed episode says nothing about what the engines can carry. An episode whose result says it
+failed ends as a failure (``EpisodeFailed``), exactly as if it had raised.
 
 A poll that raises, or samples the controller rejects, are logged and skipped; the loop keeps
 its period. The controller itself turns missing polls into a growth freeze once its poll TTL
@@ -38,7 +39,7 @@ from workers.core.control_records import EpisodeCompletion
 from workers.core.decisions import Decision
 from workers.core.dispatch_records import DispatcherConfig
 from workers.core.dispatcher import Dispatcher, OnFinished, RunEpisode
-from workers.core.episodes import FinishedEpisode, P
+from workers.core.episodes import EpisodeTicket, FinishedEpisode, P
 from workers.core.permits import PermitOutcome
 from workers.core.samples import EngineHealth, LoadSample
 from workers.core.validation import check_range
@@ -59,6 +60,19 @@ class EpisodeResult(Protocol):
 
 
 R = TypeVar("R", bound=EpisodeResult)
+
+
+class EpisodeFailed(Exception):
+    """An episode returned a result that says it failed; ``result`` is that result.
+
+    Raised so that the dispatcher counts the episode failed. Counted as a completion, it would
+    refund a pacing credit, and an engine that refuses every request at once would burn
+    through the whole queue of groups in no time.
+    """
+
+    def __init__(self, result: EpisodeResult) -> None:
+        super().__init__("the episode's result says it failed")
+        self.result = result
 
 
 class Steering(Protocol):
@@ -122,7 +136,7 @@ class ControlLoop(Generic[P, R]):
         self.polls = 0  # polls the controller took
         self.failed_polls = 0  # polls that raised or whose samples the controller rejected
         self.dispatcher: Dispatcher[P, R] = Dispatcher(
-            run_episode=run_episode,
+            run_episode=_failing_on_error(run_episode),
             on_finished=self._finished,
             clock=clock,
             cap=0,  # nothing runs before the loop does
@@ -151,14 +165,21 @@ class ControlLoop(Generic[P, R]):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop polling, cancel every episode and wait until each has returned its permit."""
+        """Stop polling, cancel every episode and wait until each has returned its permit.
+
+        Closing is marked first, so a second call returns at once; the dispatcher is closed in a
+        ``finally``, so a cancellation that hits this call mid-way cannot leave episodes running
+        (the dispatcher cancels them all before its first await).
+        """
         if self._state is LoopState.CLOSED:
             return
         self._state = LoopState.CLOSED
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        await self.dispatcher.aclose()
+        try:
+            if self._task is not None:
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+        finally:
+            await self.dispatcher.aclose()
 
     async def _poll_forever(self) -> None:
         """Polls start one period apart; after a poll that overran its period, the next starts
@@ -231,3 +252,15 @@ class ControlLoop(Generic[P, R]):
         shed = sum(decision.shed for decision in decisions)
         if shed:
             self.dispatcher.shed(shed)
+
+
+def _failing_on_error(run_episode: RunEpisode[P, R]) -> RunEpisode[P, R]:
+    """``run_episode``, raising ``EpisodeFailed`` for a result that is not ok."""
+
+    async def run(ticket: EpisodeTicket[P], engine_id: str) -> R:
+        result = await run_episode(ticket, engine_id)
+        if not result.ok:
+            raise EpisodeFailed(result)
+        return result
+
+    return run

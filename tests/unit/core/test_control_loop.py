@@ -13,7 +13,13 @@ import pytest
 from tests.unit.core.builders import sample
 from workers.core.clock import ManualClock
 from workers.core.concurrency import Controller
-from workers.core.control_loop import ControlLoop, LoopConfig, LoopState, Steering
+from workers.core.control_loop import (
+    ControlLoop,
+    EpisodeFailed,
+    LoopConfig,
+    LoopState,
+    Steering,
+)
 from workers.core.control_records import ControllerConfig
 from workers.core.decisions import Cause, DecisionKind
 from workers.core.dispatch_records import DispatcherConfig
@@ -246,6 +252,36 @@ async def test_failed_episodes_are_fed_but_never_grow_the_cap(
     assert DecisionKind.GROW not in h.kinds()
     assert (ctl.cap, h.loop.dispatcher.cap, h.inflight) == (4, 4, 4)
     assert ctl.make_stats(h.clock.now()).turnover >= 3.0  # every failure was fed
+
+
+async def test_a_result_that_says_it_failed_is_a_failure_and_buys_no_refill(
+    make: MakeHarness,
+) -> None:
+    h = await make(reference(start=4))
+    h.submit(20)
+    await h.settle()
+    h.episodes.finish(4, Done(9, ok=False))
+    await h.settle()
+    assert [f.outcome for f in h.finished] == [PermitOutcome.FAILED] * 4
+    error = h.finished[0].error
+    assert isinstance(error, EpisodeFailed)
+    assert error.result == Done(9, ok=False)
+    assert h.inflight == 0  # no pacing refund: the refill waits for the next window
+
+
+async def test_a_close_that_is_itself_cancelled_still_cancels_every_episode(
+    make: MakeHarness,
+) -> None:
+    h = await make(reference(start=4))
+    h.submit(4)
+    await h.settle()
+    closing = asyncio.create_task(h.loop.aclose())
+    await asyncio.sleep(0)  # the close now waits for the poll task
+    closing.cancel()  # a shutdown timeout, say
+    await h.settle()
+    assert closing.cancelled()
+    assert (h.loop.state, h.inflight, h.episodes.running) == (LoopState.CLOSED, 0, {})
+    assert len(h.episodes.aborted) == 4
 
 
 async def test_a_poll_that_raises_is_skipped_and_polling_goes_on(
