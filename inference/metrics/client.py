@@ -136,7 +136,7 @@ class MetricsClient:
                     response.status_code,
                 )
             declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > cap:
+            if declared.isascii() and declared.isdigit() and int(declared) > cap:
                 raise ScrapeTooLarge(f"{url}: body of {declared} bytes exceeds the {cap} byte cap")
             chunks: list[bytes] = []
             size = 0

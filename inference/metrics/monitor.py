@@ -2,10 +2,12 @@
 
 Each endpoint is scraped in its own task under the client's per-scrape time limit, so a slow
 or failing engine costs at most that limit and never holds back the others' numbers (F10).
-Its failure is recorded (health STALE, then DOWN) and it is retried with backoff. The numbers
-are turned into samples by the pure modules beside this one; this module only sequences I/O
-and keeps what the next poll needs: the previous readings, the last good samples, each
-endpoint's status and its ``max_model_len``, fetched until it succeeds and then cached.
+Its failure is recorded (health STALE, then DOWN) and it is retried with backoff. So is an
+exception no ScrapeError foresaw, logged with its traceback: a bug met on one engine's answer
+must cost that engine's scrape, not the others' numbers or the whole poll. The numbers are
+turned into samples by the pure modules beside this one; this module only sequences I/O and
+keeps what the next poll needs: the previous readings, the last good samples, each endpoint's
+status and its ``max_model_len``, fetched until it succeeds and then cached.
 
 Every data-parallel rank an endpoint has shown is remembered. A rank missing from a scrape
 that otherwise worked keeps reporting its last gauges with zero deltas, STALE and then DOWN by
@@ -17,6 +19,7 @@ since its ranks are unknown until then.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -33,6 +36,8 @@ from inference.metrics.stats import DashboardStats, engine_stats, pool_stats
 from inference.metrics.warnings import MonitorWarning, WarningConfig, WarningTracker
 from workers.core.clock import Clock
 from workers.core.samples import LoadSample
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +141,10 @@ class EngineMonitor:
             text = await self._client.metrics_text(spec.base_url)
             readings = parse_exposition(text, spec.name)
         except ScrapeError as exc:
-            return _Outcome(self._clock.now(), None, f"{type(exc).__name__}: {exc}")
+            return _Outcome(self._clock.now(), None, _why(exc))
+        except Exception as exc:
+            logger.exception("monitor: scrape of %s failed unexpectedly", spec.name)
+            return _Outcome(self._clock.now(), None, _why(exc))
         return _Outcome(self._clock.now(), readings)
 
     async def _models(self, spec: EngineSpec) -> int | str:
@@ -144,7 +152,10 @@ class EngineMonitor:
         try:
             return await self._client.max_model_len(spec.base_url)
         except ScrapeError as exc:
-            return f"{type(exc).__name__}: {exc}"
+            return _why(exc)
+        except Exception as exc:
+            logger.exception("monitor: /v1/models of %s failed unexpectedly", spec.name)
+            return _why(exc)
 
     def _fresh(
         self,
@@ -202,3 +213,8 @@ class EngineMonitor:
         elif outcome.models_error is not None:
             memory.status = replace(memory.status, models_error=outcome.models_error)
         return memory
+
+
+def _why(exc: Exception) -> str:
+    """An endpoint's error text: the exception's type says which failure, its message where."""
+    return f"{type(exc).__name__}: {exc}"

@@ -95,7 +95,13 @@ def _collect(text: str) -> dict[str | None, _Rows]:
     except (ValueError, IndexError, TypeError) as exc:
         raise ScrapeBadFormat(f"not Prometheus text: {exc} in {_excerpt(text)}") from exc
     for sample in samples:
-        series, rank = _SAMPLE_NAMES[sample.name]  # only known names reach the parser
+        # The line filter reads a name up to a space or tab, the parser up to the brace: a name
+        # garbled by a gap (``vllm:num_preemptions _total{...}``) passes the one and comes out
+        # of the other as a name Pacer does not know.
+        known = _SAMPLE_NAMES.get(sample.name)
+        if known is None:
+            raise ScrapeBadFormat(f"not Prometheus text: garbled sample name {sample.name!r}")
+        series, rank = known
         value = float(sample.value)
         if not math.isfinite(value):
             raise ScrapeBadFormat(f"{sample.name}{sample.labels} is {value}, not finite")
@@ -197,21 +203,27 @@ def _capacity(rows: list[_Row] | None) -> int | None:
     if not rows:
         return None
     labels = rows[0].labels
-    tokens = _positive_int(labels.get(names.KV_TOKENS_LABEL))
+    tokens = _positive_int(labels, names.KV_TOKENS_LABEL)
     if tokens is not None:
         return tokens
-    block_size = _positive_int(labels.get(names.BLOCK_SIZE_LABEL))
-    blocks = _positive_int(labels.get(names.BLOCKS_OVERRIDE_LABEL)) or _positive_int(
-        labels.get(names.BLOCKS_LABEL)
+    block_size = _positive_int(labels, names.BLOCK_SIZE_LABEL)
+    blocks = _positive_int(labels, names.BLOCKS_OVERRIDE_LABEL) or _positive_int(
+        labels, names.BLOCKS_LABEL
     )
     if block_size is None or blocks is None:
         return None
     return blocks * block_size
 
 
-def _positive_int(label: str | None) -> int | None:
-    """A label value such as "2048"; vLLM writes "None" for a size it does not know yet."""
-    if label is None or not label.isdigit():
+def _positive_int(labels: Mapping[str, str], name: str) -> int | None:
+    """A size label such as "2048"; None for any other value ("None" is vLLM's "not known
+    yet"), so an odd info label costs the capacity figure, never the engine's whole sample.
+
+    Only ASCII digits are a size: ``str.isdigit`` also passes "²", which ``int`` rejects, and
+    "٣", which ``int`` reads as 3.
+    """
+    label = labels.get(name)
+    if label is None or not (label.isascii() and label.isdigit()):
         return None
     value = int(label)
     return value if value > 0 else None

@@ -159,6 +159,61 @@ async def test_bad_input_fails_that_engine_with_a_clear_error_and_others_flow(
     assert by_id(result)["bad"].health is EngineHealth.DOWN
 
 
+GARBLED = 'vllm:num_preemptions _total{engine="0"} 3\n'
+
+
+async def test_a_garbled_exposition_fails_that_engine_only_and_it_backs_off() -> None:
+    engines, clock = Engines(), ManualClock(1000.0)
+    engines.serve("good", exposition(running=3))
+    engines.serve("bad", exposition(running=8))
+    client, monitor = build(engines, [spec("bad"), spec("good")], clock)
+    async with client:
+        await monitor.poll()
+        engines.serve("bad", exposition(running=8, extra=GARBLED))
+        engines.serve("good", exposition(running=4, preemptions=5))
+        clock.advance(5.0)
+        result = await monitor.poll()
+        for _ in range(2):
+            clock.advance(5.0)
+            await monitor.poll()
+    good, bad = by_id(result)["good/0"], by_id(result)["bad/0"]
+    assert (good.health, good.num_running, good.num_preemptions) == (EngineHealth.UP, 4, 3)
+    assert (bad.health, bad.num_running, bad.num_preemptions) == (EngineHealth.STALE, 8, 0)
+    status = result.endpoints[0]
+    assert status.health is EngineHealth.STALE
+    assert "ScrapeBadFormat" in (status.error or "")
+    assert "garbled sample name 'vllm:num_preemptions _total'" in (status.error or "")
+    assert engines.requests["bad", "/metrics"] == 1 + 2  # the third try is skipped: backoff
+
+
+def explode() -> httpx.Response:
+    raise RuntimeError("exporter bug")
+
+
+async def test_an_unexpected_exception_fails_that_engine_only_and_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The last line of defence: an exception no ScrapeError foresaw costs one engine's scrape
+    (or its /v1/models read), never the poll."""
+    engines, clock = Engines(), ManualClock(1000.0)
+    engines.serve("good", exposition(running=3))
+    engines.metrics["bad"] = explode
+    engines.models["good"] = explode
+    client, monitor = build(engines, [spec("bad"), spec("good")], clock)
+    async with client:
+        result = await monitor.poll()
+    bad, good = result.endpoints
+    assert (bad.health, bad.error) == (EngineHealth.DOWN, "RuntimeError: exporter bug")
+    assert (good.health, good.models_error) == (EngineHealth.UP, "RuntimeError: exporter bug")
+    assert by_id(result)["good/0"].num_running == 3
+    assert by_id(result)["bad"].health is EngineHealth.DOWN
+    logged = [r for r in caplog.records if r.exc_info is not None]
+    assert [r.getMessage() for r in logged] == [
+        "monitor: scrape of bad failed unexpectedly",
+        "monitor: /v1/models of good failed unexpectedly",
+    ]
+
+
 async def test_a_stale_engine_keeps_its_last_gauges_with_zero_deltas() -> None:
     engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("e", exposition(usage=0.5, preemptions=1))

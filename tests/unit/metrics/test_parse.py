@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -90,6 +91,15 @@ def test_capacity_prefers_the_token_size_then_the_override_then_blocks(
 ) -> None:
     reading = parse_exposition(exposition(extra=cache_config(**labels)), "e")["e/0"]
     assert reading.kv_capacity_tokens == expected
+
+
+@pytest.mark.parametrize("size", ["²", "٣", "-1", "4k"])
+def test_a_size_label_other_than_ascii_digits_is_an_unknown_size(size: str) -> None:
+    """Superscript "²" passes str.isdigit() but fails int(); "٣" passes both and reads as 3.
+    Either way the engine's sample survives and the next size label is read instead."""
+    labels = {"kv_cache_size_tokens": size, "num_gpu_blocks": "256", "block_size": "16"}
+    reading = parse_exposition(exposition(extra=cache_config(**labels)), "e")["e/0"]
+    assert (reading.kv_capacity_tokens, reading.num_running) == (4096, 7)
 
 
 def test_capacity_is_none_without_cache_config() -> None:
@@ -217,6 +227,15 @@ def test_a_bad_models_list_gets_a_clear_error(body: bytes) -> None:
 def test_a_malformed_line_of_a_family_pacer_does_not_read_costs_nothing() -> None:
     extra = 'vllm:request_params_n_bucket{le="1.0" oops\n'
     assert parse_exposition(exposition(extra=extra), "e")["e/0"].num_running == 7
+
+
+@pytest.mark.parametrize("gap", [" ", "\t"])
+def test_a_name_garbled_by_whitespace_is_a_clear_error(gap: str) -> None:
+    """The line filter reads the name up to the gap, the parser up to the brace."""
+    name = f"vllm:num_preemptions{gap}_total"
+    extra = f'{name}{{engine="0"}} 3\n'
+    with pytest.raises(ScrapeBadFormat, match=re.escape(f"garbled sample name {name!r}")):
+        parse_exposition(exposition(extra=extra), "e")
 
 
 def test_a_malformed_line_of_a_family_pacer_reads_is_an_error() -> None:
