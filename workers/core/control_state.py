@@ -100,14 +100,18 @@ class ControllerState:
 
     def load_policy(self, policy: Policy) -> None:
         """Hand the policy its stored state; another policy's state or a malformed one raises
-        ValueError before the policy is used."""
+        ValueError, and leaves the policy as it was: a policy loads field by field, and a
+        caller that falls back to a fresh start must not start from half a stored state."""
         if self.policy != policy.name:
             raise ValueError(f"stored state is policy {self.policy!r}, not {policy.name!r}")
+        before = policy.to_json()
         try:
             policy.load_json(self.policy_state)
         except KeyError as missing:
+            policy.load_json(before)
             raise ValueError(f"stored policy state lacks field {missing}") from None
         except (TypeError, ValueError) as bad:
+            policy.load_json(before)
             raise ValueError(f"stored policy state is malformed: {bad}") from None
 
 

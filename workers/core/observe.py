@@ -94,14 +94,15 @@ class ObserveOnly:
         if not isinstance(data, Mapping):
             raise ValueError(f"stored observe-only state must be an object, got {data!r}")
         try:
-            inner, decision = Controller.restore(config, policy, data["shadow"], now=now)
-            applied = data["observe_applied"]
+            shadow, applied = data["shadow"], data["observe_applied"]
         except KeyError as missing:
             raise ValueError(f"stored observe-only state lacks field {missing}") from None
+        if applied is not None:  # checked before the policy loads anything
+            check_cap(applied, 1, MAX_CAP, "observe_applied")
+        inner, decision = Controller.restore(config, policy, shadow, now=now)
         wrapper = cls(inner)
         if applied is not None:
             low, high = config.min_inflight, config.max_inflight
-            check_cap(applied, 1, MAX_CAP, "observe_applied")
             wrapper._applied = min(high, max(low, applied))
             if wrapper._applied != applied:
                 note = f" (stored applied cap {applied} out of bounds)"

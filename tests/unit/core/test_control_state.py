@@ -103,6 +103,19 @@ def test_resume_refuses_another_policys_state_and_malformed_policy_state() -> No
         resume(ControllerConfig(), ReferencePolicy(), stored, now=0.0)
 
 
+def test_a_refused_policy_state_leaves_the_policy_as_it_was() -> None:
+    """Policies load field by field; the knee here loads before the bad field is met."""
+    cut = PacerPolicy()
+    cut.load_json({**PacerPolicy().to_json(), "knee": 100.0})
+    stored = save(cut, kept(), now=100.0)
+    stored["policy_state"]["polls_since_trim"] = -1
+    policy = PacerPolicy()
+    fresh = policy.to_json()
+    with pytest.raises(ValueError, match="polls_since_trim"):
+        resume(ControllerConfig(), policy, stored, now=0.0)
+    assert policy.to_json() == fresh
+
+
 def test_a_lapsed_pin_is_kept_until_the_next_input_reports_it() -> None:
     lapsed = Kept(10.0, True, 0.0, DrainLatch(), Pin(8, 90.0))
     back, _ = resume(

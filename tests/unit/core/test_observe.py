@@ -123,3 +123,16 @@ def test_a_stored_applied_cap_that_is_not_an_integer_is_refused(applied) -> None
     stored["observe_applied"] = applied
     with pytest.raises(ValueError, match="observe_applied"):
         ObserveOnly.restore(ControllerConfig(), ReferencePolicy(), stored, now=0.0)
+
+
+def test_a_refused_applied_cap_loads_nothing_into_the_policy() -> None:
+    run = observing()
+    run.on_poll([sample(waiting=5, waiting_capacity=5)], inflight=100, now=0.0)
+    stored = run.to_json(now=2.0)
+    assert stored["shadow"]["policy_state"] != ReferencePolicy().to_json()
+    stored["observe_applied"] = "70"
+    policy = ReferencePolicy()
+    fresh = policy.to_json()
+    with pytest.raises(ValueError, match="observe_applied"):
+        ObserveOnly.restore(ControllerConfig(), policy, stored, now=0.0)
+    assert policy.to_json() == fresh
