@@ -98,15 +98,27 @@ async def _read_request(
             if len(body) > MAX_BODY_BYTES:
                 return Response(413, b"request body too large", "text/plain")
         elif isinstance(event, h11.EndOfMessage) and head is not None:
-            return HttpRequest(
-                method=head.method.decode(),
-                path=head.target.decode().split("?", 1)[0],
-                headers={name.decode().lower(): value.decode() for name, value in head.headers},
-                body=bytes(body),
-                disconnected=asyncio.Event(),
-            )
+            try:
+                return _http_request(head, bytes(body))
+            except UnicodeDecodeError:
+                return Response(400, b"bad request: the request head is not UTF-8", "text/plain")
         elif isinstance(event, h11.ConnectionClosed):
             return None
+
+
+def _http_request(head: h11.Request, body: bytes) -> HttpRequest:
+    """The request with its head decoded; raises UnicodeDecodeError on a non-UTF-8 head.
+
+    h11 lets header values carry any byte above 0x7F (obsolete HTTP text); such a request is
+    refused (400) rather than half-decoded.
+    """
+    return HttpRequest(
+        method=head.method.decode(),
+        path=head.target.decode().split("?", 1)[0],
+        headers={name.decode().lower(): value.decode() for name, value in head.headers},
+        body=body,
+        disconnected=asyncio.Event(),
+    )
 
 
 async def _respond(

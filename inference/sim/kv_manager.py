@@ -123,14 +123,25 @@ class KVCacheManager:
         self._register(req, min(num_tokens, req.num_prompt_tokens))
 
     def free(self, req: Request) -> None:
-        """Registers the request's remaining full blocks, then frees all of them tail first."""
+        """Registers the request's remaining full blocks, then frees all of them tail first.
+
+        The request's hashes are kept: a preempted request is hashed again from them when it
+        is re-admitted. A request that ends must also call ``free_block_hashes``.
+        """
         blocks = self.req_to_blocks.pop(req.req_id, None)
         if blocks is not None:
             self._register(req, req.num_computed_tokens, blocks)
             self.pool.free_blocks(blocks[::-1])
         self._num_registered.pop(req.req_id, None)
-        if req.is_finished:
-            self._chains.pop(req.req_id, None)
+
+    def free_block_hashes(self, req: Request) -> None:
+        """Forgets the hashes of a request that has ended (finished or aborted), as vLLM does.
+
+        They are keyed by request id: kept, they would leak with every request and hand a later
+        request reusing the id the hashes of another prompt (false prefix-cache hits). A request
+        that was looked up while waiting and never admitted has hashes too.
+        """
+        self._chains.pop(req.req_id, None)
 
     def num_blocks_of(self, req: Request) -> int:
         return len(self.req_to_blocks.get(req.req_id, ()))

@@ -148,6 +148,10 @@ def _prompt_ids(prompt: Any) -> np.ndarray:
     if isinstance(prompt, str):
         ids = text.encode(prompt)
     elif isinstance(prompt, list) and prompt and all(_is_int(token) for token in prompt):
+        # Checked here, not only by the engine: a JSON integer may not even fit an int64.
+        bad = next((token for token in prompt if not 0 <= token < text.VOCAB_SIZE), None)
+        if bad is not None:
+            raise ApiError(400, f"token id {bad} is out of vocabulary (0..{text.VOCAB_SIZE - 1})")
         ids = np.asarray(prompt, dtype=np.int64)
     elif isinstance(prompt, list) and len(prompt) > 1:
         raise ApiError(400, "batched prompts are not supported: send one prompt per request")

@@ -2,6 +2,7 @@
 
 A ``ChoiceText`` is the visible side of one engine request: its planned output ids, their text
 (cut before the stop string that ended it, as the API does), and per-token log-probabilities.
+The stop string is found as the plan found it, so the text ends where the tokens do.
 Streaming sends slices of it as the engine samples tokens; the whole response sends all of it.
 """
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from inference.sim import text
 from inference.sim.request import FinishReason, Request
+from inference.sim.sampling import find_stop
 
 ALTERNATIVE_STRIDE = 97  # spacing of the made-up alternative ids in top_logprobs
 ALTERNATIVE_GAP = 0.75  # each alternative is this much less likely (nats) than the one before
@@ -21,7 +23,12 @@ ALTERNATIVE_GAP = 0.75  # each alternative is this much less likely (nats) than 
 class ChoiceText:
     """Text, offsets and log-probabilities of one choice's planned output."""
 
-    def __init__(self, req: Request, stop: tuple[str, ...]) -> None:
+    def __init__(self, req: Request, stop: tuple[str, ...], min_tokens: int) -> None:
+        """The planned output of ``req``, its text cut where the stop string that ended it begins.
+
+        ``stop`` and ``min_tokens`` are the request's: a stop string within the first
+        ``min_tokens`` tokens did not end the output, so it must not cut the text either.
+        """
         self.req = req
         self.token_ids = text.output_token_ids(req.output_seed, 0, req.max_output_tokens).tolist()
         pieces = [text.token_text(token_id) for token_id in self.token_ids]
@@ -29,8 +36,9 @@ class ChoiceText:
         self.ends = np.cumsum([len(piece) for piece in pieces]).tolist()
         full = "".join(pieces)
         if req.final_reason is FinishReason.STOP and stop:
-            found = [full.find(item) for item in stop]
-            full = full[: min((pos for pos in found if pos >= 0), default=len(full))]
+            match = find_stop(pieces, stop, min_tokens)
+            if match is not None:
+                full = full[: match.start]
         self.text = full
         self.logprobs = text.token_logprobs(req.output_seed, 0, req.max_output_tokens).tolist()
 

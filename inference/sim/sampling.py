@@ -10,12 +10,16 @@ in advance costs nothing in fidelity and lets the scheduler count tokens instead
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from inference.sim import text
 from inference.sim.request import FinishReason
+
+# Tokens; far beyond any model length, yet small enough that every draw is a finite float.
+MAX_LENGTH_MEAN = 1_000_000_000
 
 
 class RequestError(ValueError):
@@ -37,8 +41,9 @@ class LengthDistribution:
     spread: float = 0.0  # uniform: relative half-width (0..1); lognormal: sigma of the log
 
     def __post_init__(self) -> None:
-        if not self.mean >= 1.0:
-            raise ValueError(f"length mean must be >= 1 token, got {self.mean}")
+        # A draw is rounded to an int: an infinite (or overflowing) one would raise mid-plan.
+        if not 1.0 <= self.mean <= MAX_LENGTH_MEAN:
+            raise ValueError(f"length mean must be 1..{MAX_LENGTH_MEAN} tokens, got {self.mean}")
         if self.kind is LengthKind.UNIFORM and not 0.0 <= self.spread <= 1.0:
             raise ValueError(f"uniform spread must be in 0..1, got {self.spread}")
         if self.kind is LengthKind.LOGNORMAL and not 0.0 <= self.spread <= 4.0:
@@ -125,6 +130,13 @@ def plan_output(
             f"requested {num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the "
             f"prompt, {max_tokens} in the completion). Please reduce the prompt or max_tokens."
         )
+    # Without max_tokens the bound is the room left, known only now (an explicit max_tokens was
+    # checked in SamplingParams); vLLM refuses min_tokens above either.
+    if params.min_tokens > max_tokens:
+        raise RequestError(
+            f"min_tokens ({params.min_tokens}) must be <= max_tokens ({max_tokens}: what the "
+            f"model's maximum context length of {max_model_len} leaves after the prompt)"
+        )
     num_tokens, reason = max_tokens, FinishReason.LENGTH
     length = params.length or default_length
     if length is not None and not params.ignore_eos:
@@ -132,20 +144,37 @@ def plan_output(
         if eos_at < num_tokens:
             num_tokens, reason = eos_at, FinishReason.STOP
     if params.stop:
-        stop_at = _first_stop(output_seed, num_tokens, params.stop, params.min_tokens)
-        if stop_at is not None:
-            num_tokens, reason = stop_at, FinishReason.STOP
+        pieces = [
+            text.token_text(token_id)
+            for token_id in text.output_token_ids(output_seed, 0, num_tokens).tolist()
+        ]
+        stop = find_stop(pieces, params.stop, params.min_tokens)
+        if stop is not None:
+            num_tokens, reason = stop.num_tokens, FinishReason.STOP
     return OutputPlan(max_tokens=max_tokens, num_tokens=num_tokens, reason=reason)
 
 
-def _first_stop(seed: int, num_tokens: int, stops: tuple[str, ...], min_tokens: int) -> int | None:
-    """Tokens up to and including the one that completes the earliest stop string."""
-    pieces = [text.token_text(i) for i in text.output_token_ids(seed, 0, num_tokens).tolist()]
+@dataclass(frozen=True, slots=True)
+class StopMatch:
+    """The stop string occurrence that ends an output."""
+
+    start: int  # character offset where it begins: the visible text ends there
+    num_tokens: int  # tokens up to and including the one that completes it
+
+
+def find_stop(pieces: Sequence[str], stops: tuple[str, ...], min_tokens: int) -> StopMatch | None:
+    """The first stop string completed after the first ``min_tokens`` tokens' text, if any.
+
+    The plan (how many tokens) and the response (where its text is cut) both ask this, so
+    they cannot disagree. ``min_tokens`` must not exceed ``len(pieces)``.
+    """
     ends = np.cumsum([len(piece) for piece in pieces])
     joined = "".join(pieces)
     search_from = int(ends[min_tokens - 1]) if min_tokens > 0 else 0
-    found = [joined.find(stop, search_from) for stop in stops]
-    stop_ends = [pos + len(stop) for pos, stop in zip(found, stops, strict=True) if pos >= 0]
-    if not stop_ends:
+    found = [
+        (pos + len(stop), pos) for stop in stops if (pos := joined.find(stop, search_from)) >= 0
+    ]
+    if not found:
         return None
-    return int(np.searchsorted(ends, min(stop_ends))) + 1
+    end, start = min(found)
+    return StopMatch(start=start, num_tokens=int(np.searchsorted(ends, end)) + 1)

@@ -242,6 +242,7 @@ class Scheduler:
     def retire(self, req: Request, reason: FinishReason, now: float) -> None:
         """Ends a request that has left the queues: frees its blocks, records why and when."""
         self.kv.free(req)
+        self.kv.free_block_hashes(req)
         del self.requests[req.req_id]
         req.status = reason.status
         req.finish_reason = reason

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +27,8 @@ from inference.sim.metrics import exposition, make_registry
 from inference.sim.openai_requests import ApiError, GenerationRequest, parse_chat, parse_completion
 from inference.sim.request import Request
 from inference.sim.sampling import RequestError
+
+logger = logging.getLogger(__name__)
 
 IDLE_POLL_S = 0.01  # how often an engine holding only deferred requests looks again
 CATCH_UP_S = 0.005  # a step this late keeps the model's timeline; later, real time wins
@@ -167,6 +170,14 @@ class SimServer:
             raise ApiError(404, f"no route for {request.path}", "NotFoundError")
         except ApiError as exc:
             return _json(exc.status, render.error_body(exc.status, exc.message, exc.error_type))
+        except Exception:
+            # A bug must not drop the connection without a word: the client gets a 500 it can
+            # report, the log gets the traceback, and the server keeps serving.
+            logger.exception("engine simulator: %s %s failed", request.method, request.path)
+            body = render.error_body(
+                500, "internal error in the engine simulator", "InternalServerError"
+            )
+            return _json(500, body)
 
     async def _generate(
         self, http: HttpRequest, request: GenerationRequest
@@ -179,7 +190,8 @@ class SimServer:
         except RequestError as exc:
             self.loop.abort([req.req_id for req in reqs])
             raise ApiError(400, str(exc)) from None
-        choices = [render.ChoiceText(req, request.params.stop) for req in reqs]
+        params = request.params
+        choices = [render.ChoiceText(req, params.stop, params.min_tokens) for req in reqs]
         if request.stream:
             return StreamingResponse(self._stream(http, request, resp_id, choices))
         gone = asyncio.ensure_future(http.disconnected.wait())
@@ -274,6 +286,9 @@ def _body(request: HttpRequest) -> Any:
         return json.loads(request.body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        # The decoder recurses per nesting level; no OpenAI body comes anywhere near the limit.
+        raise ApiError(400, "the request body is nested too deeply") from None
 
 
 def _usage(reqs: list[Request]) -> dict[str, int]:

@@ -64,6 +64,23 @@ async def test_malformed_requests_get_a_400_and_a_closed_connection() -> None:
     assert reply.startswith(b"HTTP/1.1 400")
 
 
+async def test_a_header_that_is_not_utf8_gets_a_400_and_the_server_serves_on() -> None:
+    async def ok(request: HttpRequest) -> Response:
+        return Response(200, b"ok")
+
+    server, url = await serve(ok)
+    port = int(url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET / HTTP/1.1\r\nhost: x\r\nx-name: \xff\xfe\r\n\r\n")
+    reply = await asyncio.wait_for(reader.read(), timeout=5.0)
+    writer.close()
+    async with httpx.AsyncClient() as client:
+        after = await client.get(url)
+    server.close()
+    assert reply.startswith(b"HTTP/1.1 400") and reply.endswith(b"the request head is not UTF-8")
+    assert after.content == b"ok"
+
+
 async def test_the_handler_learns_when_its_client_goes_away() -> None:
     seen = asyncio.Event()
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 
 import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from inference.sim import server as server_module
 from tests.sim.conftest import SimHttpServer
 
 
@@ -91,6 +94,52 @@ async def test_bad_requests_get_openai_errors(sim_server: SimHttpServer) -> None
         assert (await raw.get(f"{sim_server.url}/v1/completions")).status_code == 405
         assert (await raw.get(f"{sim_server.url}/nowhere")).status_code == 404
     assert not sim_server.engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("completions", {"prompt": [10**30]}, "is out of vocabulary"),
+        ("completions", {"prompt": "x", "sim_length": "fixed:inf"}, "length mean must be"),
+        (
+            "chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "min_tokens": 10**5, "stop": "zz"},
+            r"min_tokens \(100000\) must be <= max_tokens",
+        ),
+        ("completions", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ],
+)
+async def test_malformed_bodies_get_a_400_and_the_server_serves_on(
+    sim_server: SimHttpServer, path: str, body: object, message: str
+) -> None:
+    url = f"{sim_server.url}/v1/{path}"
+    async with httpx.AsyncClient() as raw:
+        if isinstance(body, bytes):
+            response = await raw.post(url, content=body)
+        else:
+            response = await raw.post(url, json=body)
+        after = await raw.post(f"{sim_server.url}/v1/completions", json={"prompt": "x"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "BadRequestError" and error["code"] == 400
+    assert re.search(message, error["message"])
+    assert after.status_code == 200 and after.json()["usage"]["completion_tokens"] == 16
+
+
+async def test_a_bug_in_a_handler_answers_a_json_500_and_is_logged(
+    sim_server: SimHttpServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(body: object, model_name: str) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(server_module, "parse_completion", broken)
+    async with httpx.AsyncClient() as raw:
+        with caplog.at_level(logging.ERROR, logger=server_module.__name__):
+            response = await raw.post(f"{sim_server.url}/v1/completions", json={"prompt": "x"})
+        assert (await raw.get(f"{sim_server.url}/health")).status_code == 200
+    assert response.status_code == 500
+    assert response.json()["error"]["type"] == "InternalServerError"
+    assert "RuntimeError: a bug" in caplog.text
 
 
 async def wait_until_idle(server: SimHttpServer) -> None:

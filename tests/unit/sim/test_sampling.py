@@ -12,6 +12,8 @@ from inference.sim.sampling import (
     LengthKind,
     RequestError,
     SamplingParams,
+    StopMatch,
+    find_stop,
     plan_output,
 )
 
@@ -43,6 +45,14 @@ def test_a_stop_string_ends_the_output_at_the_token_that_completes_it() -> None:
     assert expected <= 9
 
 
+def test_a_stop_string_within_min_tokens_does_not_count() -> None:
+    pieces = [" ab", " cd", " ab", " ef"]
+    assert find_stop(pieces, ("ab",), min_tokens=0) == StopMatch(start=1, num_tokens=1)
+    assert find_stop(pieces, ("ab",), min_tokens=1) == StopMatch(start=7, num_tokens=3)
+    assert find_stop(pieces, ("ab", "d a"), min_tokens=1) == StopMatch(start=5, num_tokens=3)
+    assert find_stop(pieces, ("ab",), min_tokens=3) is None
+
+
 def test_requests_that_cannot_fit_the_model_are_refused() -> None:
     with pytest.raises(RequestError, match="maximum context length is 100"):
         plan(SamplingParams(max_tokens=91))
@@ -50,6 +60,10 @@ def test_requests_that_cannot_fit_the_model_are_refused() -> None:
         plan(SamplingParams(), num_prompt=100)
     with pytest.raises(RequestError, match="min_tokens"):
         SamplingParams(max_tokens=2, min_tokens=3)
+    # Without max_tokens the room left (90) bounds min_tokens, stop strings or not.
+    with pytest.raises(RequestError, match=r"min_tokens \(91\) must be <= max_tokens \(90"):
+        plan(SamplingParams(min_tokens=91, stop=("x",)))
+    assert plan(SamplingParams(min_tokens=90, stop=("x",))).num_tokens == 90
 
 
 def test_length_distributions_parse_and_keep_their_mean() -> None:
@@ -61,6 +75,8 @@ def test_length_distributions_parse_and_keep_their_mean() -> None:
     draws = [uniform.sample(rng) for _ in range(2000)]
     assert min(draws) >= 50 and max(draws) <= 150
     assert LengthDistribution.parse("fixed:7").sample(rng) == 7
-    for bad in ("gauss:3", "fixed", "fixed:0", "uniform:10:2", "fixed:a"):
+    bad_specs = ("gauss:3", "fixed", "fixed:0", "uniform:10:2", "fixed:a", "fixed:nan")
+    # A draw that is infinite, or overflows to infinity, cannot be a token count.
+    for bad in (*bad_specs, "fixed:inf", "uniform:1e308:1", "lognormal:1e300:4"):
         with pytest.raises(ValueError):
             LengthDistribution.parse(bad)

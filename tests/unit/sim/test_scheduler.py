@@ -131,6 +131,38 @@ def test_aborting_a_running_request_frees_its_blocks_and_forgets_it() -> None:
     assert len(scheduler.running) == 0 and not scheduler.waiting
 
 
+def test_ended_requests_leave_no_block_hashes_behind() -> None:
+    scheduler = make_scheduler(max_num_batched_tokens=64)  # 16 usable blocks
+    for index in range(5):
+        scheduler.add_request(make_request(f"r{index}", 10, 3, first_token=10 * index))
+    while scheduler.has_unfinished_requests():
+        step(scheduler)
+    running = make_request("running", num_prompt=40, num_output=20, first_token=100)
+    waiting = make_request("waiting", num_prompt=30, num_output=2, first_token=200)
+    scheduler.add_request(running)
+    scheduler.add_request(waiting)
+    step(scheduler)
+    assert list(scheduler.waiting) == [waiting]  # looked up in the cache, 8 blocks > 6 free
+    scheduler.finish_requests(["running", "waiting"], 1.0)
+    # The hashes are keyed by request id: any left behind is a leak.
+    assert not scheduler.kv._chains
+
+
+def test_a_request_id_used_again_gets_no_hits_from_the_prompt_it_had_before() -> None:
+    scheduler = make_scheduler()
+    scheduler.add_request(make_request("x", num_prompt=20, num_output=2))
+    while scheduler.has_unfinished_requests():
+        step(scheduler)
+    again = make_request("x", num_prompt=20, num_output=2, first_token=500)
+    scheduler.add_request(again)
+    step(scheduler)
+    assert again.num_cached_prompt_tokens == 0
+    same_prompt = make_request("y", num_prompt=20, num_output=2)
+    scheduler.add_request(same_prompt)
+    step(scheduler)
+    assert same_prompt.num_cached_prompt_tokens == 16  # the first prompt's blocks are cached
+
+
 class OneByOneScheduler(Scheduler):
     """Walks the running batch one request at a time on every step: the literal rules."""
 
