@@ -11,6 +11,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.env import env_bool, env_list, env_str
 
@@ -19,8 +20,11 @@ VAR_DIR = Path(env_str("PACER_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DEBUG", True)
 # Without SECRET_KEY a random one is made per process: sessions do not survive a restart,
-# which is right for a quick start and forces production to set one.
-SECRET_KEY = env_str("SECRET_KEY", "") or secrets.token_urlsafe(50)
+# which is right for a quick start (DEBUG on); with DEBUG off, a key must be given.
+SECRET_KEY = env_str("SECRET_KEY", "")
+if not SECRET_KEY and not DEBUG:
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is false")
+SECRET_KEY = SECRET_KEY or secrets.token_urlsafe(50)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -71,7 +75,7 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'pacer.sqlite3'}"),
-        conn_max_age=60,
+        conn_max_age=0,  # Django's advice under ASGI: persistent connections leak there
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -96,6 +100,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # only when the run ends, so it must outlast the longest run (a week), or a second worker
 # would pick up a run the first still drives.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7 * 24 * 3600}  # seconds
+# Keep LOGGING's handlers in the worker too: Celery's own would drop the run id from each line.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

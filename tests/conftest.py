@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -62,10 +63,14 @@ def celery_queue() -> str:
     return f"pacer-test-{uuid.uuid4().hex[:8]}"
 
 
+@dataclass(frozen=True)
+class Worker:
+    process: subprocess.Popen[bytes]
+    log_path: Path  # its stdout and stderr
+
+
 @pytest.fixture(scope="session")
-def celery_worker_process(
-    celery_queue: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[subprocess.Popen[bytes]]:
+def celery_worker(celery_queue: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     """A real Celery worker process, consuming the session's queue through the real broker."""
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     with log_path.open("wb") as log:
@@ -95,14 +100,5 @@ def celery_worker_process(
             stop_process_group(process)
             pytest.fail(f"celery worker did not start:\n{log_path.read_text()}")
         time.sleep(0.2)
-    yield process
+    yield Worker(process, log_path)
     stop_process_group(process)
-
-
-@pytest.fixture(scope="session")
-def django_db_modify_db_settings() -> None:
-    """Close each database connection after use, so threads that served async consumers hold
-    none open when pytest-django drops the test database."""
-    from django.db import connections
-
-    connections.settings["default"]["CONN_MAX_AGE"] = 0

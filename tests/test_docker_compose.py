@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -32,6 +33,7 @@ def test_compose_file_has_the_stack_and_commands() -> None:
             ["docker", "compose", "-f", str(COMPOSE_FILE), "config", "--quiet"],
             capture_output=True,
             text=True,
+            env={**os.environ, "SECRET_KEY": "test-only"},
         )
         assert result.returncode == 0, result.stderr
     services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
@@ -43,6 +45,7 @@ def test_compose_file_has_the_stack_and_commands() -> None:
     assert "workers.celery worker" in command_text(services["worker"])
     for name in ("web", "worker"):
         environment = services[name]["environment"]
+        assert environment["SECRET_KEY"].startswith("${SECRET_KEY:?")  # no shared default key
         assert environment["DATABASE_URL"].startswith("postgres://")
         assert environment["REDIS_URL"].startswith("redis://redis:")
         assert set(services[name]["depends_on"]) == {"redis", "postgres"}

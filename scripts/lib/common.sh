@@ -6,6 +6,7 @@ PACER_VAR=${PACER_VAR_DIR:-$PACER_ROOT/var}
 VENV=${PACER_VENV:-$PACER_ROOT/.venv}
 PY=$VENV/bin/python
 mkdir -p "$PACER_VAR"
+chmod 700 "$PACER_VAR"  # the SQLite database in it holds API tokens
 
 say() { printf '\033[1m[pacer]\033[0m %s\n' "$*"; }
 die() { printf '\033[31m[pacer] error:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -14,6 +15,8 @@ die() { printf '\033[31m[pacer] error:\033[0m %s\n' "$*" >&2; exit 1; }
 _cleanups=()
 on_exit() { _cleanups+=("$1"); }
 run_cleanups() {
+  # A second Ctrl-C while a service takes its time to stop must not cut the teardown short.
+  trap '' INT TERM HUP
   local i
   for ((i = ${#_cleanups[@]} - 1; i >= 0; i--)); do eval "${_cleanups[i]}" || true; done
   _cleanups=()
@@ -35,9 +38,17 @@ find_python() {
 # when pyproject.toml changed since. An install with the test extras also serves a plain run.
 ensure_venv() {
   local extras=$1 hash target
-  if [[ ! -x $PY ]]; then
+  # A venv without pip is one that python3-venv's absence left half made: start it again.
+  if ! "$PY" -m pip --version >/dev/null 2>&1; then
+    if [[ -e $VENV ]]; then
+      [[ -f $VENV/pyvenv.cfg ]] || die "$VENV is not a virtualenv: move it away, or set PACER_VENV"
+      rm -rf "$VENV"
+    fi
     say "creating the virtualenv in $VENV"
-    "$(find_python)" -m venv "$VENV" || die "could not create a virtualenv (install python3-venv)"
+    "$(find_python)" -m venv "$VENV" || {
+      rm -rf "$VENV"
+      die "could not create a virtualenv (on Debian and Ubuntu: install python3-venv)"
+    }
   fi
   hash=$(sha256sum "$PACER_ROOT/pyproject.toml" | cut -d' ' -f1)
   [[ $(cat "$VENV/.pacer-installed-test" 2>/dev/null) == "$hash" ]] && return 0
@@ -102,12 +113,14 @@ ensure_redis() {
   command -v redis-server >/dev/null || apt_install redis-server ||
     die "Redis is not reachable at $REDIS_URL and redis-server could not be installed: install Redis, or set REDIS_URL"
   say "Redis: starting redis-server on port $port"
+  local pidfile=$PACER_VAR/redis-$port.pid  # one per port: two scripts may each start one
+  rm -f "$pidfile"
   redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
-    --pidfile "$PACER_VAR/redis.pid" --logfile "$PACER_VAR/redis.log" --dir "$PACER_VAR" ||
-    die "redis-server did not start (see $PACER_VAR/redis.log)"
-  on_exit "kill \$(cat '$PACER_VAR/redis.pid' 2>/dev/null) 2>/dev/null; say 'Redis stopped'"
+    --pidfile "$pidfile" --logfile "$PACER_VAR/redis-$port.log" --dir "$PACER_VAR" ||
+    die "redis-server did not start (see $PACER_VAR/redis-$port.log)"
+  on_exit "kill \$(cat '$pidfile' 2>/dev/null) 2>/dev/null; rm -f '$pidfile'; say 'Redis stopped'"
   for _ in $(seq 50); do redis_reachable && return 0; sleep 0.1; done
-  die "redis-server started but does not answer (see $PACER_VAR/redis.log)"
+  die "redis-server started but does not answer (see $PACER_VAR/redis-$port.log)"
 }
 
 postgres_reachable() {
@@ -118,21 +131,36 @@ PYEOF
 }
 
 # Uses a running PostgreSQL; otherwise starts the local cluster (installing PostgreSQL from
-# the system packages when it can, with a password for the postgres role) and stops it on exit.
+# the system packages when it can) and stops it on exit if it was not running before. Only a
+# cluster installed here gets the password of the default URL: an existing cluster's postgres
+# role is never changed behind its owner's back.
 ensure_postgres() {
-  export DATABASE_URL=${DATABASE_URL:-postgres://postgres:postgres@127.0.0.1:5432/postgres}
-  postgres_reachable && { say "PostgreSQL: using the one at ${DATABASE_URL%%@*}@…"; return 0; }
-  command -v pg_ctlcluster >/dev/null || apt_install postgresql ||
-    die "PostgreSQL is not reachable at DATABASE_URL and could not be installed: install PostgreSQL, or set DATABASE_URL"
+  local default_url=postgres://postgres:postgres@127.0.0.1:5432/postgres
+  export DATABASE_URL=${DATABASE_URL:-$default_url}
+  local where=${DATABASE_URL##*@}  # host, port and database: no credentials in the output
+  postgres_reachable && { say "PostgreSQL: using the one at $where"; return 0; }
+  local installed=""
+  if ! command -v pg_ctlcluster >/dev/null; then
+    apt_install postgresql ||
+      die "PostgreSQL is not reachable at DATABASE_URL and could not be installed: install PostgreSQL, or set DATABASE_URL"
+    installed=yes
+  fi
   local version
   version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)
   [[ -n $version ]] || die "PostgreSQL is installed but has no cluster in /etc/postgresql"
-  say "PostgreSQL: starting cluster $version/main"
-  as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start ||
-    die "PostgreSQL cluster $version/main did not start"
-  on_exit "as_root pg_ctlcluster --skip-systemctl-redirect $version main stop; say 'PostgreSQL stopped'"
-  for _ in $(seq 50); do postgres_reachable && return 0; sleep 0.2; done
-  # A fresh Debian install asks for a password on TCP: give the postgres role the one in the URL.
-  as_root su postgres -c "psql -q -c \"ALTER USER postgres PASSWORD 'postgres'\"" >/dev/null 2>&1
-  postgres_reachable || die "PostgreSQL started but refuses $DATABASE_URL"
+  if as_root pg_ctlcluster "$version" main status >/dev/null 2>&1; then
+    say "PostgreSQL: cluster $version/main is running"
+  else
+    say "PostgreSQL: starting cluster $version/main"
+    as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start ||
+      die "PostgreSQL cluster $version/main did not start"
+    on_exit "as_root pg_ctlcluster --skip-systemctl-redirect $version main stop; say 'PostgreSQL stopped'"
+    for _ in $(seq 50); do postgres_reachable && return 0; sleep 0.2; done
+  fi
+  if [[ -n $installed && $DATABASE_URL == "$default_url" ]]; then
+    # A fresh Debian cluster asks for a password on TCP that its postgres role does not have.
+    as_root su postgres -c "psql -q -c \"ALTER USER postgres PASSWORD 'postgres'\"" >/dev/null 2>&1
+    postgres_reachable && return 0
+  fi
+  die "PostgreSQL cluster $version/main refuses the login in DATABASE_URL ($where): set DATABASE_URL to a role that may create databases (e.g. sudo -u postgres psql -c \"ALTER USER postgres PASSWORD 'postgres'\" for the default)"
 }
