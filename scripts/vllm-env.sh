@@ -33,7 +33,19 @@ if [[ -f "$ENGINE_STAMP" && "$(cat "$ENGINE_STAMP")" == "$engine_want" ]]; then
 else
     log "building $VENV with $engine_want (takes several minutes)"
     rm -f "$ENGINE_STAMP" "$PROJECT_STAMP"
-    [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
+    # A venv without pip is one that python3-venv's absence left half made: make it again.
+    if ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+        if [[ -e "$VENV" && ! -f "$VENV/pyvenv.cfg" ]]; then
+            log "$VENV is not a virtualenv: move it away, or set PACER_VLLM_VENV"
+            exit 1
+        fi
+        rm -rf "$VENV"
+        "$PYTHON" -m venv "$VENV" || {
+            rm -rf "$VENV"
+            log "could not create a virtualenv (on Debian and Ubuntu: install python3-venv)"
+            exit 1
+        }
+    fi
     constraints="$(mktemp)"
     trap 'rm -f "$constraints"' EXIT
     echo "$TORCH_REQ" >"$constraints"

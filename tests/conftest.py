@@ -20,6 +20,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Let a SIGTERM (a CI timeout, ``timeout``) end the session as Ctrl-C does, with every
+    fixture's teardown: the servers the fixtures start run in sessions of their own, which no
+    signal to the test run's process group reaches."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

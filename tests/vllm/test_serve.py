@@ -1,10 +1,13 @@
 """The launcher's decisions, without starting vLLM (the engine tests start it for real)."""
 
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
 from inference import serve
+from inference.vllm_plugin import detokenizer
 
 
 @pytest.fixture
@@ -104,3 +107,22 @@ def test_bad_input_is_refused_clearly(
     with pytest.raises(SystemExit):
         serve.parse_args(full)
     assert message in capsys.readouterr().err
+
+
+def test_a_vllm_without_the_patch_target_is_a_reason_to_refuse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with_target = types.ModuleType("fake_vllm_detokenizer_utils")
+    setattr(with_target, detokenizer.TARGET, lambda raw, token, marker: token)
+    monkeypatch.setitem(sys.modules, with_target.__name__, with_target)
+    monkeypatch.setitem(sys.modules, "fake_vllm_other", types.ModuleType("fake_vllm_other"))
+
+    assert serve.patch_target_problems(("fake_vllm_missing", with_target.__name__)) == []
+    (moved,) = serve.patch_target_problems(("fake_vllm_missing", "fake_vllm_other"))
+    assert "would run unpatched" in moved
+
+
+@pytest.mark.parametrize("spelling", ["--disable-log-stats", "--disable_log_stats"])
+def test_turning_stats_off_is_refused_in_either_spelling(model_dir: Path, spelling: str) -> None:
+    with pytest.raises(SystemExit):
+        serve.parse_args(["--model", str(model_dir), spelling])
