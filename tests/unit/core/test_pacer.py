@@ -32,7 +32,7 @@ def step(policy: PacerPolicy, view: PoolView | None = None, at: float = 0.0, **f
     [(0.0, 2.0), (0.4, 1.5), (0.78, 1.05), (0.8, 1.05), (0.84, 1.025), (0.87, 1.00625)],
 )
 def test_growth_starts_at_x2_and_tapers_to_nothing_at_the_target_kv(usage, growth) -> None:
-    reading, proposal = step(PacerPolicy(), kv=usage)
+    reading, proposal = step(PacerPolicy(), pool(inflight=0), kv=usage)  # KV read as it is
     assert reading.signal is Signal.CLEAR
     assert reading.growth == pytest.approx(growth)
     assert proposal is None
@@ -80,9 +80,9 @@ def test_preemption_cuts_to_0_85_and_growth_stops_under_the_knee() -> None:
     assert cut is not None
     assert (cut.kind, cut.shed) == (DecisionKind.CUT, True)
     assert cut.level == pytest.approx(170.0)
-    under = step(policy, pool(level=170.0, inflight=170), kv=0.1)[0]
+    under = step(policy, pool(level=170.0, inflight=0), kv=0.1)[0]
     assert (under.signal, under.growth, under.ceiling) == (Signal.CLEAR, 1.875, 180.0)
-    at_ceiling = step(policy, pool(level=180.0, inflight=180), kv=0.1)[0]
+    at_ceiling = step(policy, pool(level=180.0, inflight=0), kv=0.1)[0]
     assert (at_ceiling.signal, at_ceiling.cause) == (Signal.SOFT, Cause.KNEE)
     assert (at_ceiling.growth, at_ceiling.figures["knee"]) == (1.0, 200.0)
 
@@ -90,7 +90,7 @@ def test_preemption_cuts_to_0_85_and_growth_stops_under_the_knee() -> None:
 def test_the_knee_is_forgotten_after_20_turnovers() -> None:
     policy = PacerPolicy()
     step(policy, pool(inflight=200, level=200.0), preemptions=2)
-    at_21 = step(policy, pool(level=185.0, inflight=185, turnover=21.0), kv=0.1)[0]
+    at_21 = step(policy, pool(level=185.0, inflight=0, turnover=21.0), kv=0.1)[0]
     assert (at_21.signal, at_21.growth, at_21.ceiling) == (Signal.CLEAR, 1.875, None)
     assert "knee" not in at_21.figures
 
@@ -98,13 +98,22 @@ def test_the_knee_is_forgotten_after_20_turnovers() -> None:
 def test_growth_reads_the_highest_kv_of_the_last_3_polls() -> None:
     """A real vLLM engine under load once reported 0 running and KV 0 on one scrape: that
     poll alone must not license slow start."""
-    policy = PacerPolicy()
-    step(policy, kv=0.7)
-    caught_idle = step(policy, kv=0.0)[0]
+    policy, empty = PacerPolicy(), pool(inflight=0)
+    step(policy, empty, kv=0.7)
+    caught_idle = step(policy, empty, kv=0.0)[0]
     assert caught_idle.growth == pytest.approx(1.125)  # growth at KV 0.7, not at 0
-    step(policy, kv=0.0)
-    idle_for_3 = step(policy, kv=0.0)[0]
+    step(policy, empty, kv=0.0)
+    idle_for_3 = step(policy, empty, kv=0.0)[0]
     assert idle_for_3.growth == pytest.approx(2.0)
+
+
+def test_growth_prices_in_one_more_episodes_share_of_kv() -> None:
+    """At 7 episodes with KV 0.78, an eighth would take it to 0.89, past the 0.88 target: no
+    growth. At 100 episodes the same KV is 0.79 with one more, under cruise: probe growth."""
+    small = step(PacerPolicy(), pool(level=7.0, inflight=7), kv=0.78)[0]
+    large = step(PacerPolicy(), pool(level=100.0, inflight=100), kv=0.78)[0]
+    assert (small.signal, small.growth) == (Signal.CLEAR, 1.0)
+    assert large.growth == pytest.approx(1.05)
 
 
 def test_a_cut_soon_after_a_release_is_escalated_to_0_6() -> None:
