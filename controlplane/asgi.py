@@ -11,12 +11,16 @@ django_http = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from controlplane.routing import websocket_urlpatterns  # noqa: E402
 
+# daphne serves no files of its own: with DEBUG on (the quick start), Django serves the static
+# files (the admin's styles); in production a web server in front serves STATIC_ROOT.
 application = ProtocolTypeRouter(
     {
-        "http": django_http,
+        "http": ASGIStaticFilesHandler(django_http) if settings.DEBUG else django_http,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

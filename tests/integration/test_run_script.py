@@ -56,6 +56,8 @@ def test_run_script_serves_health_and_stops_everything_on_ctrl_c(tmp_path: Path)
         assert health.status_code == 200
         assert health.json()["database"]["ok"] and health.json()["redis"]["ok"]
         assert "API token: " in log_path.read_text()
+        styles = httpx.get(f"http://127.0.0.1:{port}/static/admin/css/base.css", timeout=5)
+        assert (styles.status_code, styles.headers["content-type"]) == (200, "text/css")
         assert processes_mentioning(f"pacer-{port}@"), "the worker should be running"
         for engine_port in engine_ports:
             models = httpx.get(f"http://127.0.0.1:{engine_port}/v1/models", timeout=5).json()
