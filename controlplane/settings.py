@@ -113,6 +113,7 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {"TITLE": "Pacer API", "VERSION": "0.1.0"}
 
+LOGIN_URL = "admin:login"  # the admin's sign-in page serves the dashboard too
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 LANGUAGE_CODE = "en-us"

@@ -1,7 +1,9 @@
-"""The landing page: where the stack stands and which runs exist."""
+"""The landing page: where the stack stands and which runs exist. For signed-in users only, as
+the API and the websockets are: run names and configs are a team's business."""
 
 from __future__ import annotations
 
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -12,6 +14,7 @@ from controlplane.runs.models import Run
 RECENT_RUNS_SHOWN = 20
 
 
+@login_required
 def home(request: HttpRequest) -> HttpResponse:
     context = {
         "checks": {"database": check_database(), "redis": check_redis()},
