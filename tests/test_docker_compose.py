@@ -36,7 +36,15 @@ def test_compose_file_has_the_stack_and_commands() -> None:
             env={**os.environ, "SECRET_KEY": "test-only"},
         )
         assert result.returncode == 0, result.stderr
-    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    services = compose["services"]
+    # What `docker compose config` would reject, checked here too (this machine has docker
+    # without the compose plugin): references to services and volumes that do not exist.
+    for name, service in services.items():
+        assert set(service.get("depends_on", ())) <= services.keys(), name
+        for volume in service.get("volumes", ()):
+            source = volume.split(":", 1)[0]
+            assert source.startswith((".", "/")) or source in compose.get("volumes", {}), volume
 
     assert {"redis", "postgres", "web", "worker"} <= services.keys()
     assert "daphne" in command_text(services["web"])

@@ -6,8 +6,11 @@ import json
 
 import pytest
 
+from tests.unit.core.builders import sample
+from workers.core.concurrency import Controller
 from workers.core.control_records import ControllerConfig
 from workers.core.control_state import ControllerState, Kept, StoredPin, resume, save
+from workers.core.decisions import DecisionKind
 from workers.core.latches import DrainLatch
 from workers.core.overrides import Pin
 from workers.core.policies.pacer import PacerPolicy
@@ -82,6 +85,14 @@ def test_save_and_resume_carry_the_state_across_clocks() -> None:
     assert (back.level, back.bootstrapped, back.turnover, note) == (123.4, True, 17.5, "")
     assert (back.drain.holding, back.drain.polls_since_release) == (True, 4)
     assert back.pin == Pin(60, 5042.0)  # 42 s were left, on the new clock
+
+
+def test_a_controller_saved_before_its_first_poll_bootstraps_after_the_restore() -> None:
+    config = ControllerConfig()
+    stored = json.loads(json.dumps(Controller(config, ReferencePolicy()).to_json(now=5.0)))
+    restored, _ = Controller.restore(config, ReferencePolicy(), stored, now=0.0)
+    (boot,) = restored.on_poll([sample(capacity=40_000, max_model_len=4_000)], inflight=0, now=1.0)
+    assert (boot.kind, restored.cap) == (DecisionKind.BOOTSTRAP, 10)
 
 
 def test_resume_brings_the_level_and_the_pin_inside_new_bounds_and_says_so() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.core.dispatch_groups import GroupQueue, LiveEpisode
+from workers.core.dispatch_groups import Group, GroupQueue, LiveEpisode
 from workers.core.episodes import EpisodeTicket, GroupSpec
 from workers.core.permits import EpisodeKind, PermitLedger
 
@@ -23,9 +23,13 @@ def start(queue: GroupQueue, count: int, at: float) -> None:
     group = queue.next()
     assert group is not None
     for index in queue.admit(group, count):
-        ticket = EpisodeTicket(group.spec.group_id, index, group.spec.kind, "math", 0, index)
-        permit = LEDGER.issue(group.spec.kind, "a", at)
-        group.live[index] = LiveEpisode(ticket, permit, at)
+        live(group, index, at)
+
+
+def live(group: Group, index: int, at: float) -> None:
+    """Episode ``index`` of ``group`` (already admitted) is live from ``at``."""
+    ticket = EpisodeTicket(group.spec.group_id, index, group.spec.kind, "math", 0, index)
+    group.live[index] = LiveEpisode(ticket, LEDGER.issue(group.spec.kind, "a", at), at)
 
 
 def test_a_started_group_is_served_before_new_ones_then_fifo() -> None:
@@ -70,3 +74,20 @@ def test_open_where_selects_by_spec() -> None:
     queue.add(spec("b", kind=EpisodeKind.EVAL))
     evals = queue.open_where(lambda s: s.kind is EpisodeKind.EVAL)
     assert [g.spec.group_id for g in evals] == ["b"]
+
+
+def test_a_groups_age_is_its_oldest_live_members_start_not_its_newest() -> None:
+    """a's members live from t=0 and t=2, b's from t=1: a is the older group while a/0
+    lives, so b is shed first; once a/0 has ended, a's age is t=2 and a goes first."""
+    queue = GroupQueue()
+    queue.add(spec("a"))
+    queue.add(spec("b", size=1))
+    a, b = queue.groups()
+    queue.admit(a, 2)
+    queue.admit(b, 1)
+    live(a, 0, at=0.0)
+    live(b, 0, at=1.0)
+    live(a, 1, at=2.0)
+    assert [g.spec.group_id for g in queue.victims()] == ["b", "a"]
+    del a.live[0]
+    assert [g.spec.group_id for g in queue.victims()] == ["a", "b"]

@@ -34,6 +34,18 @@ async def test_shed_cancels_whole_train_groups_youngest_first_and_aborts_their_r
     assert report.group_ids == ("g1", "g0")
 
 
+async def test_a_second_shed_before_the_first_lands_takes_the_next_group(
+    make: MakeHarness,
+) -> None:
+    """Two cuts in one poll's decisions: the second must not count the group the first one is
+    still cancelling."""
+    h = make(cap=100)
+    await started(3, h)
+    first, second = h.dispatcher.shed(3), h.dispatcher.shed(3)
+    assert (first.group_ids, second.group_ids) == (("g2",), ("g1",))
+    assert second.cancelled == 4
+
+
 async def test_a_groups_age_is_the_start_of_its_oldest_live_member(make: MakeHarness) -> None:
     h = make(cap=5)
     h.submit("old", 4)

@@ -193,6 +193,25 @@ def test_a_flat_throughput_probe_holds_growth_for_two_turnovers() -> None:
     assert readings[16].growth > 1.0
 
 
+def test_every_stored_field_is_restored() -> None:
+    """A state with no field at its default loads and saves back unchanged."""
+    stored = {
+        "overload": {"queue_streak": 2, "waiting": ["e1"]},
+        "probe": {"anchor": [120.0, 900.0]},
+        "queue_before": 7,
+        "kv_streak": 1,
+        "hit_baseline": 0.6,
+        "knee": 150.0,
+        "knee_turnover": 33.5,
+        "hold_until": 40.0,
+        "recent_kv": [0.5, 0.7],
+        "polls_since_trim": 2,
+    }
+    policy = PacerPolicy()
+    policy.load_json(stored)
+    assert policy.to_json() == stored
+
+
 def test_state_round_trips() -> None:
     policy = PacerPolicy()
     learn_hit_rate(policy, 0.9)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ def make_request(
         prompt_token_ids=np.arange(first_token, first_token + num_prompt, dtype=np.int64),
         max_output_tokens=num_output,
         final_reason=FinishReason.LENGTH,
-        output_seed=hash(req_id) % 1000,
+        output_seed=zlib.crc32(req_id.encode()) % 1000,  # hash() changes per process
         arrival_time=arrival,
         max_tokens=num_output,
     )
