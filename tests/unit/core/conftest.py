@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from tests.unit.core.dispatch_harness import Harness, MakeHarness
+from tests.unit.core.loop_harness import LoopHarness, MakeLoop
+from workers.core.control_loop import Steering
 
 
 @pytest.fixture
@@ -22,3 +24,20 @@ async def make() -> AsyncIterator[MakeHarness]:
     yield factory
     for harness in made:
         await harness.dispatcher.aclose()
+
+
+@pytest.fixture
+async def make_loop() -> AsyncIterator[MakeLoop]:
+    """Running loops, closed after the test whatever it did."""
+    made: list[LoopHarness] = []
+
+    async def factory(controller: Steering, **kwargs: Any) -> LoopHarness:
+        harness = LoopHarness(controller, **kwargs)
+        await harness.loop.__aenter__()
+        await harness.settle()
+        made.append(harness)
+        return harness
+
+    yield factory
+    for harness in made:
+        await harness.loop.aclose()
