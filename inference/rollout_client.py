@@ -3,9 +3,11 @@ frozen record out.
 
 The HTTP client is injected and stays the caller's: one ``httpx.AsyncClient`` serves every
 episode in flight, so its connection limits must allow the in-flight cap (httpx's default
-pool holds 100 connections). Engine failures come back as a ``TurnResult`` with the error
-text, never as an exception: a failed turn is an outcome the controller reads (failures must
-never grow the cap), not a crash of the episode's task.
+pool holds 100 connections) and its idle connections must close before the engine's do
+(``inference.engine_http.engine_http_client`` makes such a client). Engine failures come
+back as a ``TurnResult`` with the error text, never as an exception: a failed turn is an
+outcome the controller reads (failures must never grow the cap), not a crash of the
+episode's task.
 
 Cancellation is the one thing that is raised, and it is what frees the engine. Cancelling the
 task that awaits ``complete`` raises ``CancelledError`` inside httpx, which closes the
@@ -14,7 +16,7 @@ disconnect and aborts the request, freeing its KV blocks. So this module never s
 request and never catches ``CancelledError``. A turn that outlives ``turn_s`` is cancelled the
 same way, so a timed-out request is aborted on the engine too.
 
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1024)) as http:
+    async with engine_http_client(max_connections=1024) as http:
         client = RolloutClient(http, base_url="http://engine-0:8000", model="policy")
         result = await client.complete(Turn(prompt="2 + 2 =", max_tokens=16))
 """

@@ -1,13 +1,15 @@
 """Fetches one engine's ``/metrics`` text and ``/v1/models`` length over HTTP.
 
-The HTTP client is injected (a real ``httpx.AsyncClient`` in production, one over
-``httpx.MockTransport`` in tests) and owned once entered: ``async with MetricsClient(http)``
+The HTTP client is injected (``inference.engine_http.engine_http_client`` in production,
+whose idle connections close before the engine's, one over ``httpx.MockTransport`` in tests)
+and owned once entered: ``async with MetricsClient(http)``
 opens it and closes it on exit. Every failure leaves as one ``ScrapeError`` subclass (see
 ``inference.metrics.errors``), so callers handle one exception type per engine. Bodies are
 streamed and abandoned past a size cap, because a broken exporter that writes without end must
 cost one engine's scrape, not the worker's memory.
 
-    async with MetricsClient(httpx.AsyncClient(), ScrapeConfig(read_s=1.0)) as client:
+    http = engine_http_client(max_connections=len(engines))
+    async with MetricsClient(http, ScrapeConfig(read_s=1.0)) as client:
         text = await client.metrics_text("http://engine-0:8000")
 """
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from inference.engine_http import engine_http_client
 from inference.metrics.client import MetricsClient
 from inference.metrics.endpoints import EngineSpec
 from inference.metrics.health import HealthConfig
@@ -143,10 +144,9 @@ async def closed_loop(
 ) -> Run:
     """Drive the engine under ``controller`` until ``done(run, now)`` or the time limit."""
     clock = MonotonicClock()
-    limits = httpx.Limits(max_connections=4 * FIXED_CAP)
     async with (
-        httpx.AsyncClient(limits=limits) as http,
-        MetricsClient(httpx.AsyncClient()) as metrics,
+        engine_http_client(max_connections=4 * FIXED_CAP) as http,
+        MetricsClient(engine_http_client(max_connections=1)) as metrics,
     ):
         rollout = RolloutClient(http, base_url=engine.url, model=SERVED_MODEL)
         monitor = EngineMonitor([EngineSpec("e0", engine.url)], metrics, clock, MONITOR)
