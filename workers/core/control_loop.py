@@ -209,7 +209,7 @@ class ControlLoop(Generic[P, R]):
         """Keep new groups off engines with no rank up or stale. One failed scrape (stale)
         does not count: the server may well be serving while its metrics lag."""
         alive = {s.endpoint for s in samples if s.health is not EngineHealth.DOWN}
-        down = frozenset(s.endpoint for s in samples if s.endpoint not in alive)
+        down = frozenset({s.endpoint for s in samples} - alive)
         if down == self._down:
             return
         for engine in sorted(down - self._down):
