@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from workers.core.control_records import (
@@ -46,7 +47,8 @@ class Controller:
     - A cut sets the drain latch: no cut, trim or growth until it releases (``DrainLatch``).
       A cut or a trim never raises the cap.
     - Stale metrics (``Freshness``): with no fresh engine nothing is decided; with a stale one
-      nothing grows; with no complete poll for ``poll_ttl`` seconds, growth freezes. Alerts.
+      the poll is incomplete: it never reads clear, grows nothing and releases no drain; with
+      no complete poll for ``poll_ttl`` seconds, growth freezes. Alerts.
     - Operator commands: ``pin(cap, ttl)`` holds the real cap until ``release`` or the TTL
       while the policy runs on in the shadow, which grows only on evidence; ``set(cap)`` moves
       the cap once and ends a pin.
@@ -143,14 +145,14 @@ class Controller:
             return (*out, self._stale_freeze(now, detail))
         self._drain.count_poll()
         view = self._view()
-        reading = self._reading = self.policy.read(poll, view)
-        self._growth = reading.growth if poll.complete else 1.0
+        reading = self._reading = _incomplete_not_clear(self.policy.read(poll, view), poll)
+        self._growth = reading.growth
         self._poll_turnovers = 0.0
         if poll.complete and self._freshness.complete(now):
             out += (self._moment(now).policy_record(DecisionKind.STALE_THAW, Cause.FRESH, ""),)
         out += self._check_stall(now) + self._check_requests(poll, now)
         if self._drain.holding:
-            return out + self._release_drain(reading, now)
+            return out + self._release_drain(reading, poll, now)
         proposal = self.policy.propose(reading, view)
         if proposal is not None:
             out += (self._apply(proposal, now),)
@@ -241,10 +243,13 @@ class Controller:
         moment = self._moment(now)
         return (moment.policy_record(DecisionKind.BOOTSTRAP, Cause.START, detail, before=before),)
 
-    def _release_drain(self, reading: Reading, now: float) -> tuple[Decision, ...]:
+    def _release_drain(
+        self, reading: Reading, poll: PollSummary, now: float
+    ) -> tuple[Decision, ...]:
         acting = not self._observed and self._overrides.pin is None
         detail = self._drain.release(
             hard=reading.hard,
+            complete=poll.complete,
             inflight=self._inflight,
             cap=self._policy_cap(),
             stuck_polls=self.config.drain_stuck_polls,
@@ -338,3 +343,11 @@ class Controller:
 
     def _bounded(self, level: float) -> float:
         return min(float(self.config.max_inflight), max(float(self.config.min_inflight), level))
+
+
+def _incomplete_not_clear(reading: Reading, poll: PollSummary) -> Reading:
+    """A poll missing a stale engine's numbers may hide the overload on that engine, so it
+    never reads clear, whatever the fresh engines say; worse readings stand as they are."""
+    if poll.complete or reading.signal is not Signal.CLEAR:
+        return reading
+    return replace(reading, signal=Signal.SOFT, cause=Cause.STALE, growth=1.0)

@@ -10,7 +10,9 @@ class DrainLatch:
     Signals already in the pipeline when a cut happens (preemption counters scraped a moment
     later, a queue that takes a while to empty) describe the pool from before the cut; acting
     on them cut cap 1024 down to 8 elsewhere. So the latch releases when the pool is at or
-    under the cap on a poll that is not hard.
+    under the cap on a complete poll that is not hard. Complete, because the engine that
+    overloaded is the likeliest to miss a scrape, and its next good one still reports the
+    preemptions from before the cut: released without it, the latch would let them cut again.
 
     That rule alone deadlocks when the cut was not deep enough: a cap the engines cannot carry
     keeps them preempting, no poll is ever clear, and the latch holds the overload forever (a
@@ -37,7 +39,14 @@ class DrainLatch:
             self.polls_since_release += 1
 
     def release(
-        self, *, hard: bool, inflight: int, cap: int, stuck_polls: int = 0, shadow: bool = False
+        self,
+        *,
+        hard: bool,
+        complete: bool,
+        inflight: int,
+        cap: int,
+        stuck_polls: int = 0,
+        shadow: bool = False,
     ) -> str | None:
         """Release on this poll if it allows; when it did, why.
 
@@ -57,7 +66,7 @@ class DrainLatch:
                 f"pool {pool} <= cap {cap}{would} for {stuck_polls} polls, still overloaded: "
                 "the cap itself is too high"
             )
-        if pool > cap:
+        if pool > cap or not complete:
             return None
         self._open()
         return f"pool {pool} <= cap {cap}{would}, no overload"

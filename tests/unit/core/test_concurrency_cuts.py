@@ -3,11 +3,17 @@ for a cut too shallow for the engines."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.core.builders import controller, sample
 from workers.core.decisions import Cause, DecisionKind, Signal
+from workers.core.policies.pacer import PacerPolicy
+from workers.core.policies.reference import ReferencePolicy
+from workers.core.samples import EngineHealth
 
 PREEMPT = [sample(preemptions=3)]
 CLEAR = [sample()]
+CLEAR_TWO = [sample("a"), sample("b")]
 
 
 def kinds(decisions) -> list[DecisionKind]:
@@ -177,3 +183,32 @@ def test_no_trim_while_draining() -> None:
     ctl.on_poll(PREEMPT, inflight=100, now=1.0)
     assert ctl.on_poll([sample(kv=0.95)], inflight=100, now=2.0) == ()
     assert ctl.cap == 80
+
+
+# -- incomplete polls never release a drain (a stale engine's late preemptions) ---------------
+
+
+@pytest.mark.parametrize("policy", [ReferencePolicy, PacerPolicy])
+def test_a_poll_with_a_stale_engine_keeps_the_drain_so_late_preemptions_cut_once(policy) -> None:
+    """The overloaded engine misses a scrape after the cut; its next good scrape still carries
+    the preemptions from before the cut. Released on the incomplete poll, the latch would let
+    them cut again, escalated."""
+    ctl = controller(policy(), start=100)
+    a_preempts = [sample("a", preemptions=4), sample("b")]
+    a_stale = [sample("a", health=EngineHealth.STALE, kv=0.5), sample("b")]
+    a_late = [sample("a", preemptions=3), sample("b")]
+    (cut,) = ctl.on_poll(a_preempts, inflight=100, now=1.0)
+    assert cut.kind is DecisionKind.CUT
+    assert ctl.on_poll(a_stale, inflight=cut.cap_after, now=2.0) == ()
+    assert ctl.draining
+    assert ctl.on_poll(a_late, inflight=cut.cap_after, now=3.0) == ()
+    (release,) = ctl.on_poll(CLEAR_TWO, inflight=cut.cap_after, now=4.0)
+    assert release.kind is DecisionKind.DRAIN_RELEASE
+    assert (ctl.make_stats(4.0).cuts, ctl.cap) == (1, cut.cap_after)
+
+
+def test_a_poll_with_a_stale_engine_never_reads_clear() -> None:
+    ctl = controller(start=100)
+    ctl.on_poll([sample("a", health=EngineHealth.STALE), sample("b")], inflight=100, now=1.0)
+    stats = ctl.make_stats(1.0)
+    assert (stats.signal, stats.cause, stats.growth) == (Signal.SOFT, Cause.STALE, 1.0)
