@@ -178,6 +178,7 @@ class Dispatcher(Generic[P, R]):
 
     def _refill(self) -> None:
         """Admit as many episodes as the cap, the pacing window and the queue allow, at once."""
+        self._pacer.fit(self._cap - self._ledger.inflight)
         if self._closed or not self._healthy:
             return
         now = self._clock.now()
@@ -243,11 +244,7 @@ class Dispatcher(Generic[P, R]):
         else:
             outcome = PermitOutcome.COMPLETED
             result = task.result()
-            if pool <= self._cap:
-                # Its slot will be refilled: the replacement is free. Above the cap the pool is
-                # draining, the slot is not refilled, and a credit banked now would pay for a
-                # burst whenever the cap rose again.
-                self._pacer.refund()
+            self._pacer.refund()  # kept only while its slot is under the cap (``_refill``)
         live.permit.release(outcome)
         ticket = live.ticket
         self._tallies.ended(ticket.kind, ticket.env, live.permit.engine_id, outcome, reason)

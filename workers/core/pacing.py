@@ -5,8 +5,10 @@ window are bounded by max(group size, a fraction of the cap). A natural completi
 will be refilled earns a credit that pays for its replacement: replacing a finished episode is
 free, so steady turnover and a refill after a barrier are never slowed. A cancellation or a
 failure earns nothing, so a mass shed cannot buy a burst of fresh prefills, nor a dead engine
-a storm of instant retries; neither does a completion while the pool drains above the cap
-(the dispatcher decides which completions refund).
+a storm of instant retries. A credit is a free replacement for a slot that is empty now, so
+credits never exceed the free room under the cap: a slot taken away by a cut (or never freed,
+as a completion while the pool drains above the cap) takes its credit with it, which would
+otherwise pay for a burst whenever the cap rose again.
 """
 
 from __future__ import annotations
@@ -35,8 +37,7 @@ class AdmissionPacer:
 
     A completion's credit pays for the next admission whenever that comes: a refund that
     expired with the window would charge a replacement made a moment later, and the pool
-    would lag its cap in steady state. Credits are bounded by the cap, since no more than a
-    full pool can be replaced.
+    would lag its cap in steady state. ``fit`` keeps credits within the free room.
     """
 
     def __init__(self, config: PacingConfig | None = None) -> None:
@@ -52,7 +53,6 @@ class AdmissionPacer:
     def available(self, now: float, cap: int, group_size: int) -> int:
         """Admissions allowed right now: credits, then what is left of the window's budget."""
         self._expire(now)
-        self._credits = min(self._credits, cap)
         return self._credits + max(0, self.budget(cap, group_size) - self._paid)
 
     def paid(self, now: float) -> int:
@@ -76,8 +76,12 @@ class AdmissionPacer:
             self._paid += count - free
 
     def refund(self) -> None:
-        """A natural completion whose slot will be refilled: its replacement is free."""
+        """A natural completion: its replacement is free, while its slot stays under the cap."""
         self._credits += 1
+
+    def fit(self, room: int) -> None:
+        """Drop the credits beyond ``room``, the free slots under the cap now."""
+        self._credits = min(self._credits, max(0, room))
 
     def next_expiry(self) -> float | None:
         """When the oldest paid admission leaves the window: the budget grows then."""

@@ -133,6 +133,34 @@ async def test_completions_above_the_cap_bank_no_credit_for_a_later_raise(
     assert h.inflight == 60  # one window's budget, not a burst paid by those 50 completions
 
 
+async def test_credits_banked_with_an_empty_queue_do_not_outlive_their_slots(
+    make: MakeHarness,
+) -> None:
+    """Completions with nothing queued bank credits for slots that a cut then takes away;
+    kept, they would pay for a burst when the cap rose again."""
+    h = make(cap=100, config=DispatcherConfig())
+    for n in range(25):
+        h.submit(f"g{n}")
+    for _ in range(10):
+        await h.advance(5.0)
+    assert h.inflight == 100
+    await h.advance(5.0)  # the last paid admissions left the window
+    for n in range(10):
+        h.engines.finish(f"g{n}", 0, 1, 2, 3)
+    await h.settle()
+    assert (h.inflight, h.dispatcher.stats().pacing_credits) == (60, 40)  # nothing queued
+    h.dispatcher.set_cap(50)
+    for n in range(100, 140):
+        h.submit(f"g{n}")
+    for n in range(10, 25):  # 60 ordinary completions, the first 10 above the cap
+        h.engines.finish(f"g{n}", 0, 1, 2, 3)
+        await h.settle()
+    assert h.inflight == 50
+    h.dispatcher.set_cap(100)
+    await h.settle()
+    assert h.inflight == 60  # one window's budget of 10, not 50 at once
+
+
 # -- scheduling and routing ------------------------------------------------------------------
 
 

@@ -43,11 +43,14 @@ def test_a_credit_does_not_expire_with_the_window() -> None:
     assert pacer.paid(6.0) == 0
 
 
-def test_credits_never_exceed_a_full_pool() -> None:
+def test_credits_never_exceed_the_free_room() -> None:
     pacer = AdmissionPacer()
     for _ in range(500):
         pacer.refund()
+    pacer.fit(64)
     assert pacer.available(0.0, cap=64, group_size=8) == 64 + 8
+    pacer.fit(-3)  # a pool above its cap has no free slot
+    assert pacer.credits == 0
 
 
 def test_invalid_settings_and_counts_are_refused() -> None:
