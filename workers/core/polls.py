@@ -67,6 +67,12 @@ class PollSummary:
         )
 
     @property
+    def engines(self) -> int:
+        """Decode/unified engines in the pool, fresh or stale: the ones episodes' KV is spread
+        over (the dispatcher balances groups across them)."""
+        return self.fresh + self.stale
+
+    @property
     def blind(self) -> bool:
         """No engine of the pool gave fresh numbers: nothing can be decided on this poll."""
         return self.fresh == 0

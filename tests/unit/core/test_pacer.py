@@ -116,6 +116,17 @@ def test_growth_prices_in_one_more_episodes_share_of_kv() -> None:
     assert large.growth == pytest.approx(1.05)
 
 
+@pytest.mark.parametrize("engines", [1, 2, 4])
+def test_one_more_episodes_share_is_priced_on_the_engine_not_the_pool(engines: int) -> None:
+    """Seven episodes per engine at KV 0.82: an eighth on the fullest engine takes it to 0.94,
+    past the target, whatever the number of engines beside it."""
+    samples = [sample(f"e{n}", kv=0.82) for n in range(engines)]
+    poll = PollSummary.from_samples(samples, 0.0)
+    view = pool(level=7.0 * engines, inflight=7 * engines)
+    reading = PacerPolicy().read(poll, view)
+    assert (reading.signal, reading.growth) == (Signal.CLEAR, 1.0)
+
+
 def test_a_cut_soon_after_a_release_is_escalated_to_0_6() -> None:
     _, cut = step(PacerPolicy(), pool(since_release=2), preemptions=1)
     assert cut is not None

@@ -94,7 +94,7 @@ class PacerPolicy:
     - SOFT, knee: for ``knee_memory_turnovers`` after a cut, the cap stops at ``knee_margin``
       x the pool that overloaded (the knee), like TCP's slow-start threshold after a loss.
     - CLEAR, growth per turnover, on the highest KV usage of the last ``growth_kv_polls``
-      polls with one more episode's share added: below ``cruise_kv_usage``, slow start,
+      polls with one more episode's share of its engine added: below ``cruise_kv_usage``, slow start,
       1 + (max_growth - 1) x (cruise - kv) / cruise, at least ``probe_growth``; from cruise to
       target, ``probe_growth`` tapering linearly to 1.0, so the cap settles into the dead band
       instead of crossing the trim line; never past the knee's ceiling; nothing while any
@@ -146,7 +146,7 @@ class PacerPolicy:
         if signal is Signal.CLEAR:
             self._learn_hit_rate(poll)
             if poll.waiting_capacity == 0:
-                growth = self._growth(self._kv_one_more(pool.inflight))
+                growth = self._growth(self._kv_one_more(pool.inflight, poll.engines))
         figures = overload_figures(overload, poll)
         figures.update(self._figures(poll))
         return Reading(signal, cause, growth, figures, self._ceiling())
@@ -206,12 +206,14 @@ class PacerPolicy:
             weight = self.config.hit_baseline_weight
             self._hit_baseline += weight * (hit - self._hit_baseline)
 
-    def _kv_one_more(self, inflight: int) -> float:
+    def _kv_one_more(self, inflight: int, engines: int) -> float:
         """The highest recent KV usage, priced with one more episode's share of it: in a small
         pool one episode is a step wider than the dead band, and growing into it would cross
-        the trim line at once."""
+        the trim line at once. The share is of the fullest engine, which holds about
+        ``inflight / engines`` episodes, not of the whole pool."""
         kv = max(self._recent_kv)
-        return kv if inflight == 0 else min(1.0, kv * (inflight + 1) / inflight)
+        per_engine = inflight / max(1, engines)
+        return kv if per_engine == 0 else min(1.0, kv * (per_engine + 1) / per_engine)
 
     def _growth(self, kv_usage: float) -> float:
         cfg = self.config
