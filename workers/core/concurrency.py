@@ -215,7 +215,15 @@ class Controller:
     def to_json(self, now: float) -> dict[str, Any]:
         """State for a restarted worker."""
         pin = self._overrides.pin
-        kept = Kept(self._level, self._bootstrapped, self._turnover, self._drain, pin)
+        kept = Kept(
+            self._level,
+            self._bootstrapped,
+            self._turnover,
+            self._drain,
+            pin,
+            cuts=self._cuts,
+            trims=self._trims,
+        )
         return save(self.policy, kept, now=now)
 
     @classmethod
@@ -228,6 +236,7 @@ class Controller:
         ctl = cls(config, policy)
         ctl._level, ctl._bootstrapped, ctl._turnover = kept.level, kept.bootstrapped, kept.turnover
         ctl._drain, ctl._overrides.pin = kept.drain, kept.pin
+        ctl._cuts, ctl._trims = kept.cuts, kept.trims
         ctl._freshness = Freshness(config.poll_ttl, since=now)
         reason = f"Continued at concurrency {ctl.cap} from stored state{note}"
         return ctl, ctl._moment(now).record(DecisionKind.RESTORE, Cause.RESTORED, ctl.cap, reason)

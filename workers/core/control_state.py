@@ -23,11 +23,12 @@ from workers.core.policies.base import Policy
 from workers.core.validation import (
     check_cap,
     stored_bool,
+    stored_count,
     stored_number,
     stored_optional_count,
 )
 
-STATE_FORMAT = 1  # bump when the stored shape changes
+STATE_FORMAT = 2  # bump when the stored shape changes (2: drain streak and counters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,10 @@ class ControllerState:
     bootstrapped: bool
     draining: bool
     polls_since_release: int | None
+    hard_at_cap: int  # the drain's streak of hard polls with the pool at the cap
+    suppressed_cuts: int  # hard polls a drain ignored, since the start
+    cuts: int
+    trims: int
     turnover: float
     pin: StoredPin | None
     policy_state: Mapping[str, Any]
@@ -58,6 +63,10 @@ class ControllerState:
             "bootstrapped": self.bootstrapped,
             "draining": self.draining,
             "polls_since_release": self.polls_since_release,
+            "hard_at_cap": self.hard_at_cap,
+            "suppressed_cuts": self.suppressed_cuts,
+            "cuts": self.cuts,
+            "trims": self.trims,
             "turnover": self.turnover,
             "pin": None if pin is None else {"cap": pin.cap, "remaining": pin.remaining},
             "policy_state": dict(self.policy_state),
@@ -77,6 +86,10 @@ class ControllerState:
                 bootstrapped=stored_bool(data, "bootstrapped"),
                 draining=stored_bool(data, "draining"),
                 polls_since_release=stored_optional_count(data, "polls_since_release"),
+                hard_at_cap=stored_count(data, "hard_at_cap"),
+                suppressed_cuts=stored_count(data, "suppressed_cuts"),
+                cuts=stored_count(data, "cuts"),
+                trims=stored_count(data, "trims"),
                 turnover=stored_number(data, "turnover", low=0.0),
                 pin=_pin(data["pin"]),
                 policy_state=_policy_state(data["policy_state"]),
@@ -124,6 +137,8 @@ class Kept:
     turnover: float
     drain: DrainLatch
     pin: Pin | None
+    cuts: int
+    trims: int
 
 
 def save(policy: Policy, kept: Kept, *, now: float) -> dict[str, Any]:
@@ -135,6 +150,10 @@ def save(policy: Policy, kept: Kept, *, now: float) -> dict[str, Any]:
         bootstrapped=kept.bootstrapped,
         draining=drain.holding,
         polls_since_release=drain.polls_since_release,
+        hard_at_cap=drain.hard_at_cap,
+        suppressed_cuts=drain.suppressed,
+        cuts=kept.cuts,
+        trims=kept.trims,
         turnover=kept.turnover,
         pin=None if pin is None else StoredPin(pin.cap, pin.until - now),
         policy_state=policy.to_json(),
@@ -158,8 +177,15 @@ def resume(
         level=state.level,
         bootstrapped=state.bootstrapped,
         turnover=state.turnover,
-        drain=DrainLatch(holding=state.draining, polls_since_release=state.polls_since_release),
+        drain=DrainLatch(
+            holding=state.draining,
+            polls_since_release=state.polls_since_release,
+            hard_at_cap=state.hard_at_cap,
+            suppressed=state.suppressed_cuts,
+        ),
         pin=None if pin is None else Pin(pin.cap, now + max(0.0, pin.remaining)),
+        cuts=state.cuts,
+        trims=state.trims,
     )
     return kept, note
 

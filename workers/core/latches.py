@@ -24,11 +24,20 @@ class DrainLatch:
 
     __slots__ = ("hard_at_cap", "holding", "polls_since_release", "suppressed")
 
-    def __init__(self, *, holding: bool = False, polls_since_release: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        holding: bool = False,
+        polls_since_release: int | None = None,
+        hard_at_cap: int = 0,
+        suppressed: int = 0,
+    ) -> None:
         self.holding = holding
         self.polls_since_release = polls_since_release  # None until the first release
-        self.suppressed = 0  # hard polls ignored while holding
-        self.hard_at_cap = 0  # consecutive hard polls with the pool already at or under the cap
+        self.suppressed = suppressed  # hard polls ignored while holding
+        # Consecutive hard polls with the pool already at or under the cap: kept across a
+        # restart, or each restart of a worker would give a stuck drain more polls.
+        self.hard_at_cap = hard_at_cap
 
     def set(self) -> None:
         self.holding = True

@@ -24,6 +24,10 @@ def state() -> ControllerState:
         bootstrapped=True,
         draining=True,
         polls_since_release=3,
+        hard_at_cap=2,
+        suppressed_cuts=5,
+        cuts=4,
+        trims=7,
         turnover=17.5,
         pin=StoredPin(cap=60, remaining=42.0),
         policy_state={"polls_since_trim": 2},
@@ -37,7 +41,9 @@ def test_state_survives_json() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d.update(format=2), "format"),
+        (lambda d: d.update(format=1), "format"),
+        (lambda d: d.pop("hard_at_cap"), "lacks field 'hard_at_cap'"),
+        (lambda d: d.update(cuts=-1), "cuts must be an integer >= 0"),
         (lambda d: d.pop("turnover"), "lacks field 'turnover'"),
         (lambda d: d.update(level=float("nan")), "finite"),
         (lambda d: d.update(level=0), "finite"),
@@ -76,7 +82,15 @@ def test_a_lapsed_pin_and_a_state_without_a_pin_are_both_valid() -> None:
 
 def kept() -> Kept:
     drain = DrainLatch(holding=True, polls_since_release=4)
-    return Kept(level=123.4, bootstrapped=True, turnover=17.5, drain=drain, pin=Pin(60, 142.0))
+    return Kept(
+        level=123.4,
+        bootstrapped=True,
+        turnover=17.5,
+        drain=drain,
+        pin=Pin(60, 142.0),
+        cuts=2,
+        trims=3,
+    )
 
 
 def test_save_and_resume_carry_the_state_across_clocks() -> None:
@@ -128,8 +142,43 @@ def test_a_refused_policy_state_leaves_the_policy_as_it_was() -> None:
 
 
 def test_a_lapsed_pin_is_kept_until_the_next_input_reports_it() -> None:
-    lapsed = Kept(10.0, True, 0.0, DrainLatch(), Pin(8, 90.0))
+    lapsed = Kept(10.0, True, 0.0, DrainLatch(), Pin(8, 90.0), cuts=0, trims=0)
     back, _ = resume(
         ControllerConfig(), ReferencePolicy(), save(ReferencePolicy(), lapsed, now=100.0), now=0.0
     )
     assert back.pin == Pin(8, 0.0)
+
+
+def restarted(ctl: Controller, now: float) -> Controller:
+    stored = json.loads(json.dumps(ctl.to_json(now=now)))
+    back, _ = Controller.restore(ctl.config, ReferencePolicy(), stored, now=now)
+    return back
+
+
+def test_a_restart_inside_a_stuck_drain_keeps_its_count_of_hard_polls_at_the_cap() -> None:
+    """Two hard polls at the cut cap, a restart, one more: the escape's third poll, not its
+    first, so each restart does not buy the engines more polls of preemptions."""
+    ctl = Controller(ControllerConfig(initial_inflight=100), ReferencePolicy())
+    preempt = [sample(preemptions=3)]
+    ctl.on_poll(preempt, inflight=100, now=1.0)  # cut to 80
+    ctl.on_poll(preempt, inflight=80, now=2.0)
+    ctl.on_poll(preempt, inflight=80, now=3.0)
+    back = restarted(ctl, now=3.5)
+    (release,) = back.on_poll(preempt, inflight=80, now=4.0)
+    assert release.kind is DecisionKind.DRAIN_RELEASE
+    assert "for 3 polls" in release.reason
+
+
+def test_a_restart_keeps_the_counts_of_cuts_trims_and_suppressed_cuts() -> None:
+    ctl = Controller(ControllerConfig(initial_inflight=100), ReferencePolicy())
+    ctl.on_poll([sample(kv=0.85)], inflight=100, now=1.0)  # trim to 82
+    ctl.on_poll([sample(preemptions=1)], inflight=82, now=2.0)  # cut
+    ctl.on_poll([sample(preemptions=1)], inflight=82, now=3.0)  # suppressed
+    before = ctl.make_stats(3.0)
+    after = restarted(ctl, now=3.0).make_stats(3.0)
+    assert (after.cuts, after.trims, after.suppressed_cuts) == (1, 1, 1)
+    assert (after.cuts, after.trims, after.suppressed_cuts) == (
+        before.cuts,
+        before.trims,
+        before.suppressed_cuts,
+    )

@@ -94,11 +94,11 @@ class PacerPolicy:
     - SOFT, knee: for ``knee_memory_turnovers`` after a cut, the cap stops at ``knee_margin``
       x the pool that overloaded (the knee), like TCP's slow-start threshold after a loss.
     - CLEAR, growth per turnover, on the highest KV usage of the last ``growth_kv_polls``
-      polls with one more episode's share of its engine added: below ``cruise_kv_usage``, slow start,
-      1 + (max_growth - 1) x (cruise - kv) / cruise, at least ``probe_growth``; from cruise to
-      target, ``probe_growth`` tapering linearly to 1.0, so the cap settles into the dead band
-      instead of crossing the trim line; never past the knee's ceiling; nothing while any
-      request waits for capacity.
+      polls with one more episode's share of its engine added: below ``cruise_kv_usage``,
+      slow start, 1 + (max_growth - 1) x (cruise - kv) / cruise, at least ``probe_growth``;
+      from cruise to target, ``probe_growth`` tapering linearly to 1.0, so the cap settles
+      into the dead band instead of crossing the trim line; never past the knee's ceiling;
+      nothing while any request waits for capacity.
 
     Why it should beat the reference: it ramps at up to x2 per turnover instead of x1.25 (a
     pessimistic start costs a few turnovers, not dozens); it runs KV up to ~0.88 instead of
