@@ -11,7 +11,6 @@ caps that the new bounds exclude are brought inside them, and the restore decisi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,6 +21,7 @@ from workers.core.overrides import Pin
 from workers.core.policies.base import Policy
 from workers.core.validation import (
     check_cap,
+    finite,
     stored_bool,
     stored_count,
     stored_number,
@@ -123,7 +123,7 @@ class ControllerState:
         except KeyError as missing:
             policy.load_json(before)
             raise ValueError(f"stored policy state lacks field {missing}") from None
-        except (TypeError, ValueError) as bad:
+        except (TypeError, ValueError, ArithmeticError) as bad:
             policy.load_json(before)
             raise ValueError(f"stored policy state is malformed: {bad}") from None
 
@@ -198,13 +198,10 @@ def _policy_name(value: object) -> str:
 
 def _level(data: Mapping[str, Any]) -> float:
     value = data["level"]
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (math.isfinite(value) and value > 0)
-    ):
+    level = finite(value)
+    if level is None or level <= 0:
         raise ValueError(f"level must be a finite number > 0, got {value!r}")
-    return float(value)
+    return level
 
 
 def _pin(value: object) -> StoredPin | None:

@@ -14,6 +14,14 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from workers.core.validation import (
+    finite,
+    stored_bool,
+    stored_count,
+    stored_number,
+    stored_optional_count,
+)
+
 
 class Signal(StrEnum):
     """How loaded the engines look on the latest poll; the worst reading wins."""
@@ -116,26 +124,27 @@ class Decision:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Decision:
-        """Rebuild a decision; a missing or malformed field raises ValueError naming it."""
+        """Rebuild a decision; a missing or malformed field raises ValueError naming it.
+        Strict, as stored state is: ``bool("false")`` is True and ``int(99.9)`` is 99."""
         try:
             return cls(
-                at=float(data["at"]),
+                at=stored_number(data, "at"),
                 kind=DecisionKind(data["kind"]),
                 cause=Cause(data["cause"]),
                 signal=Signal(data["signal"]),
-                cap_before=int(data["cap_before"]),
-                cap_after=int(data["cap_after"]),
-                reason=str(data["reason"]),
-                shed=int(data["shed"]),
-                shadow_before=_optional_int(data["shadow_before"]),
-                shadow_after=_optional_int(data["shadow_after"]),
-                alert=bool(data["alert"]),
-                applied=bool(data["applied"]),
-                figures={str(k): float(v) for k, v in dict(data["figures"]).items()},
+                cap_before=stored_count(data, "cap_before"),
+                cap_after=stored_count(data, "cap_after"),
+                reason=_text(data, "reason"),
+                shed=stored_count(data, "shed"),
+                shadow_before=stored_optional_count(data, "shadow_before"),
+                shadow_after=stored_optional_count(data, "shadow_after"),
+                alert=stored_bool(data, "alert"),
+                applied=stored_bool(data, "applied"),
+                figures=_figures(data["figures"]),
             )
         except KeyError as missing:
             raise ValueError(f"decision JSON lacks field {missing}") from None
-        except (TypeError, ValueError) as bad:
+        except ValueError as bad:
             raise ValueError(f"decision JSON is malformed: {bad}") from None
 
 
@@ -150,5 +159,20 @@ def change_reason(before: int, after: int, cause: Cause, detail: str) -> str:
     return f"{text}: {detail}" if detail else text
 
 
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _text(data: Mapping[str, Any], name: str) -> str:
+    value = data[name]
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _figures(value: object) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"figures must be an object of numbers, got {value!r}")
+    figures: dict[str, float] = {}
+    for name, number in value.items():
+        checked = finite(number)
+        if checked is None:
+            raise ValueError(f"figures.{name} must be a finite number, got {number!r}")
+        figures[str(name)] = checked
+    return figures

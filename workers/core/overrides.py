@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from workers.core.validation import check_cap
+from workers.core.validation import check_cap, check_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +31,7 @@ class Overrides:
     def hold(self, cap: int, ttl: float, now: float) -> None:
         """Pin ``cap`` for ``ttl`` seconds; bad input raises ValueError and changes nothing."""
         self.check_cap(cap)
-        if not (math.isfinite(ttl) and ttl > 0):
-            raise ValueError(f"pin ttl must be a finite number of seconds > 0, got {ttl}")
-        self.pin = Pin(cap, now + ttl)
+        self.pin = Pin(cap, now + check_seconds("pin ttl", ttl))
 
     def drop(self) -> Pin | None:
         """End the pin, if any; returns what was held."""

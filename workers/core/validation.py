@@ -13,9 +13,23 @@ from typing import Any
 
 
 def check_range(name: str, value: float, low: float, high: float) -> None:
-    """Raise ValueError unless ``low <= value <= high``."""
+    """Raise ValueError unless ``value`` is a number with ``low <= value <= high``; with
+    integer bounds it must be an integer too (a count of polls is never 2.5)."""
+    integral = isinstance(low, int) and isinstance(high, int)
+    kinds: tuple[type, ...] = (int,) if integral else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        kind = "an integer" if integral else "a number"
+        raise ValueError(f"{name} must be {kind} in [{low}, {high}], got {value!r}")
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+
+
+def check_seconds(name: str, value: object) -> float:
+    """A duration given at run time (an operator's TTL): a finite number of seconds > 0."""
+    seconds = finite(value)
+    if seconds is None or seconds <= 0:
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return seconds
 
 
 def check_cap(cap: object, low: int, high: int, name: str = "cap") -> int:
@@ -48,7 +62,7 @@ def stored_optional_count(data: Mapping[str, Any], name: str) -> int | None:
 def stored_number(data: Mapping[str, Any], name: str, *, low: float | None = None) -> float:
     """A finite number (an int or a float, never a string or a bool), at least ``low``."""
     value = data[name]
-    number = _finite(value)
+    number = finite(value)
     if number is None or (low is not None and number < low):
         bound = "" if low is None else f" >= {low:g}"
         raise ValueError(f"{name} must be a finite number{bound}, got {value!r}")
@@ -65,14 +79,19 @@ def stored_optional_number(
 def stored_usages(data: Mapping[str, Any], name: str) -> list[float]:
     """A list of usage fractions, each a finite number in [0, 1]."""
     value = data[name]
-    usages = [_finite(v) for v in value] if isinstance(value, list) else [None]
+    usages = [finite(v) for v in value] if isinstance(value, list) else [None]
     if not all(u is not None and 0.0 <= u <= 1.0 for u in usages):
         raise ValueError(f"{name} must be a list of numbers in [0, 1], got {value!r}")
     return [u for u in usages if u is not None]
 
 
-def _finite(value: object) -> float | None:
+def finite(value: object) -> float | None:
+    """The value as a finite float; None for anything else, an integer too large for a float
+    included (JSON has no bound on integers)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
     return number if math.isfinite(number) else None

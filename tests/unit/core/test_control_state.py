@@ -62,6 +62,8 @@ def test_state_survives_json() -> None:
         (lambda d: d.update(pin={"cap": 6, "remaining": "soon"}), "pin remaining"),
         (lambda d: d.update(level=float("inf")), "level must be a finite number > 0"),
         (lambda d: d.update(level="12"), "level must be a finite number > 0"),
+        (lambda d: d.update(level=10**400), "level must be a finite number > 0"),
+        (lambda d: d.update(turnover=10**400), "turnover must be a finite number"),
         (lambda d: d.update(policy=3), "policy must be a string"),
     ],
 )
@@ -182,3 +184,16 @@ def test_a_restart_keeps_the_counts_of_cuts_trims_and_suppressed_cuts() -> None:
         before.trims,
         before.suppressed_cuts,
     )
+
+
+def test_a_stored_number_too_large_for_a_float_is_refused_and_the_policy_is_untouched() -> None:
+    """A JSON integer like 10**400 overflows float(); it must be a ValueError naming the field,
+    raised after nothing was loaded (the queue streak loads before the knee)."""
+    policy = PacerPolicy()
+    stored = save(policy, kept(), now=0.0)
+    stored["policy_state"]["overload"]["queue_streak"] = 2
+    stored["policy_state"]["knee"] = 10**400
+    untouched = PacerPolicy().to_json()
+    with pytest.raises(ValueError, match="knee must be a finite number"):
+        Controller.restore(ControllerConfig(), policy, stored, now=0.0)
+    assert policy.to_json() == untouched

@@ -50,6 +50,16 @@ def test_impossible_numbers_are_refused(overrides, message) -> None:
         (lambda d: d.pop("kind"), "lacks field 'kind'"),
         (lambda d: d.update(kind="explode"), "malformed"),
         (lambda d: d.update(figures={"x": "many"}), "malformed"),
+        (lambda d: d.update(alert="false"), "alert must be true or false"),
+        (lambda d: d.update(applied=1), "applied must be true or false"),
+        (lambda d: d.update(cap_before=99.9), "cap_before must be an integer"),
+        (lambda d: d.update(cap_after=float("inf")), "cap_after must be an integer"),
+        (lambda d: d.update(shed="3"), "shed must be an integer"),
+        (lambda d: d.update(shadow_after=2.5), "shadow_after must be an integer"),
+        (lambda d: d.update(at=10**400), "at must be a finite number"),
+        (lambda d: d.update(figures={"x": 10**400}), "figures"),
+        (lambda d: d.update(figures=[1]), "figures must be an object"),
+        (lambda d: d.update(reason=7), "reason must be a string"),
     ],
 )
 def test_malformed_json_is_refused_with_the_field_named(mutate, message) -> None:

@@ -42,6 +42,10 @@ def test_drop_returns_what_was_held() -> None:
         (5, 0.0, "ttl"),
         (5, math.nan, "ttl"),
         (5, math.inf, "ttl"),
+        (5, "60", "ttl"),
+        (5, None, "ttl"),
+        (5, 10**400, "ttl"),
+        (5, True, "ttl"),
     ],
 )
 def test_bad_commands_are_refused_and_keep_the_current_pin(cap, ttl, message) -> None:

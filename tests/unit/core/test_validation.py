@@ -28,6 +28,25 @@ def test_values_outside_the_range_are_refused_with_field_and_range(value: float)
         check_range("window", value, 0.0, 1.0)
 
 
+@pytest.mark.parametrize("value", ["0.5", None, True, [0.5]])
+def test_a_value_that_is_not_a_number_is_refused_with_a_value_error(value: object) -> None:
+    """Configs come from TOML and JSON: a string where a number belongs must be a field
+    error, never a TypeError out of the comparison."""
+    with pytest.raises(ValueError, match=r"^window must be a number in \[0.0, 1.0\], got "):
+        check_range("window", value, 0.0, 1.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [2.5, 3.0, "3"])
+def test_a_count_must_be_an_integer(value: object) -> None:
+    with pytest.raises(ValueError, match=r"^polls must be an integer in \[1, 10\], got "):
+        check_range("polls", value, 1, 10)  # type: ignore[arg-type]
+
+
+def test_an_integer_too_large_for_a_float_is_out_of_range_not_an_overflow() -> None:
+    with pytest.raises(ValueError, match=r"^window must be in \[0.0, 1.0\]"):
+        check_range("window", 10**400, 0.0, 1.0)
+
+
 @pytest.mark.parametrize("cap", [0, 11, 5.0, True, "5", None])
 def test_a_cap_must_be_an_integer_within_the_bounds(cap: object) -> None:
     with pytest.raises(ValueError, match=r"^pin cap must be an integer in \[1, 10\], got "):
