@@ -23,9 +23,9 @@ import statistics
 import time
 
 from workers.core.clock import ManualClock
-from workers.core.dispatcher import Dispatcher
-from workers.core.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
-from workers.core.permits import EpisodeKind
+from workers.core.dispatch.dispatcher import Dispatcher
+from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
+from workers.core.dispatch.permits import EpisodeKind
 
 INFLIGHT = 2048  # the pool the reference was measured at
 REFILL = 128  # admissions per refill

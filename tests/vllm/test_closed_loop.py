@@ -41,18 +41,18 @@ from inference.record_metrics import sample_value
 from inference.rollout_client import RolloutClient, Turn, TurnResult
 from tests.vllm.conftest import SERVED_MODEL, Engine, running_engine
 from workers.core.clock import MonotonicClock
-from workers.core.concurrency import Controller
 from workers.core.control_loop import ControlLoop, EpisodeFailed, LoopConfig
-from workers.core.control_records import ControllerConfig
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.base import Policy
+from workers.core.controller.policies.fixed import FixedPolicy
+from workers.core.controller.policies.pacer import PacerPolicy
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.records import ControllerConfig
 from workers.core.decisions import Cause, Decision, DecisionKind
-from workers.core.dispatch_records import DispatcherConfig
-from workers.core.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
-from workers.core.pacing import PacingConfig
-from workers.core.permits import EpisodeKind, PermitOutcome
-from workers.core.policies.base import Policy
-from workers.core.policies.fixed import FixedPolicy
-from workers.core.policies.pacer import PacerPolicy
-from workers.core.policies.reference import ReferencePolicy
+from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
+from workers.core.dispatch.pacing import PacingConfig
+from workers.core.dispatch.permits import EpisodeKind, PermitOutcome
+from workers.core.dispatch.records import DispatcherConfig
 from workers.core.samples import LoadSample
 
 pytestmark = pytest.mark.vllm

@@ -35,12 +35,12 @@ from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
 from workers.core.clock import Clock
-from workers.core.control_records import EpisodeCompletion
+from workers.core.controller.records import EpisodeCompletion
 from workers.core.decisions import Decision
-from workers.core.dispatch_records import DispatcherConfig
-from workers.core.dispatcher import Dispatcher, OnFinished, RunEpisode
-from workers.core.episodes import EpisodeTicket, FinishedEpisode, P
-from workers.core.permits import PermitOutcome
+from workers.core.dispatch.dispatcher import Dispatcher, OnFinished, RunEpisode
+from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, P
+from workers.core.dispatch.permits import PermitOutcome
+from workers.core.dispatch.records import DispatcherConfig
 from workers.core.samples import EngineHealth, LoadSample
 from workers.core.validation import check_range
 

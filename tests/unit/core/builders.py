@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from workers.core.concurrency import Controller
-from workers.core.control_records import ControllerConfig, EpisodeCompletion
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.base import Policy
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.records import ControllerConfig, EpisodeCompletion
 from workers.core.decisions import Decision
-from workers.core.policies.base import Policy
-from workers.core.policies.reference import ReferencePolicy
 from workers.core.samples import EngineHealth, EngineRole, LoadSample
 
 

@@ -7,11 +7,11 @@ import asyncio
 from collections.abc import Callable
 
 from workers.core.clock import ManualClock
-from workers.core.dispatch_records import DispatcherConfig
-from workers.core.dispatcher import Dispatcher
-from workers.core.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
-from workers.core.pacing import PacingConfig
-from workers.core.permits import EpisodeKind
+from workers.core.dispatch.dispatcher import Dispatcher
+from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
+from workers.core.dispatch.pacing import PacingConfig
+from workers.core.dispatch.permits import EpisodeKind
+from workers.core.dispatch.records import DispatcherConfig
 
 TRAIN, EVAL = EpisodeKind.TRAIN, EpisodeKind.EVAL
 UNPACED = DispatcherConfig(pacing=PacingConfig(cap_fraction=1.0))

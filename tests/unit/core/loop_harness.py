@@ -10,15 +10,15 @@ from typing import Any
 
 from tests.unit.core.builders import sample
 from workers.core.clock import ManualClock
-from workers.core.concurrency import Controller
 from workers.core.control_loop import ControlLoop, LoopConfig, Steering
-from workers.core.control_records import ControllerConfig
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.records import ControllerConfig
 from workers.core.decisions import DecisionKind
-from workers.core.dispatch_records import DispatcherConfig
-from workers.core.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
-from workers.core.pacing import PacingConfig
-from workers.core.permits import EpisodeKind
-from workers.core.policies.reference import ReferencePolicy
+from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
+from workers.core.dispatch.pacing import PacingConfig
+from workers.core.dispatch.permits import EpisodeKind
+from workers.core.dispatch.records import DispatcherConfig
 from workers.core.samples import LoadSample
 
 UNPACED = DispatcherConfig(pacing=PacingConfig(cap_fraction=1.0))

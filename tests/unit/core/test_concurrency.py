@@ -8,11 +8,11 @@ import math
 import pytest
 
 from tests.unit.core.builders import complete, controller, sample, turnover
-from workers.core.concurrency import Controller
-from workers.core.control_records import ControllerConfig, EpisodeCompletion
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.pacer import PacerPolicy
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.records import ControllerConfig, EpisodeCompletion
 from workers.core.decisions import Cause, DecisionKind, Signal
-from workers.core.policies.pacer import PacerPolicy
-from workers.core.policies.reference import ReferencePolicy
 from workers.core.samples import EngineHealth, EngineRole
 
 PREEMPT = [sample(preemptions=3)]

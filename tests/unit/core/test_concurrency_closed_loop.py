@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from workers.core.concurrency import Controller
-from workers.core.control_records import ControllerConfig, EpisodeCompletion
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.base import Policy
+from workers.core.controller.policies.fixed import FixedPolicy
+from workers.core.controller.policies.pacer import PacerPolicy
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.records import ControllerConfig, EpisodeCompletion
 from workers.core.decisions import Decision, DecisionKind
-from workers.core.pacing import AdmissionPacer
-from workers.core.policies.base import Policy
-from workers.core.policies.fixed import FixedPolicy
-from workers.core.policies.pacer import PacerPolicy
-from workers.core.policies.reference import ReferencePolicy
+from workers.core.dispatch.pacing import AdmissionPacer
 from workers.core.samples import EngineHealth, EngineRole, LoadSample
 
 KV_TOKENS = 135_000

@@ -9,12 +9,12 @@ import math
 import pytest
 
 from tests.unit.core.builders import complete, controller, sample
-from workers.core.concurrency import Controller
-from workers.core.control_records import ControllerConfig
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.fixed import FixedPolicy
+from workers.core.controller.policies.pacer import PacerPolicy
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.records import ControllerConfig
 from workers.core.decisions import DecisionKind
-from workers.core.policies.fixed import FixedPolicy
-from workers.core.policies.pacer import PacerPolicy
-from workers.core.policies.reference import ReferencePolicy
 
 PREEMPT = [sample(preemptions=3)]
 CLEAR = [sample()]

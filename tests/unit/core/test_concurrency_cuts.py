@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.core.builders import controller, sample
+from workers.core.controller.policies.pacer import PacerPolicy
+from workers.core.controller.policies.reference import ReferencePolicy
 from workers.core.decisions import Cause, DecisionKind, Signal
-from workers.core.policies.pacer import PacerPolicy
-from workers.core.policies.reference import ReferencePolicy
 from workers.core.samples import EngineHealth
 
 PREEMPT = [sample(preemptions=3)]

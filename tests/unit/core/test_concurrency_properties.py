@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.core.builders import sample
-from workers.core.concurrency import Controller
-from workers.core.control_records import ControllerConfig, EpisodeCompletion
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.fixed import FixedPolicy
+from workers.core.controller.policies.pacer import PacerPolicy
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.records import ControllerConfig, EpisodeCompletion
 from workers.core.decisions import Decision, DecisionKind
-from workers.core.policies.fixed import FixedPolicy
-from workers.core.policies.pacer import PacerPolicy
-from workers.core.policies.reference import ReferencePolicy
 from workers.core.samples import EngineHealth
 
 HEALTH = st.sampled_from([EngineHealth.UP] * 6 + [EngineHealth.STALE, EngineHealth.DOWN])

@@ -10,13 +10,13 @@ import pytest
 
 from tests.unit.core.builders import sample
 from tests.unit.core.loop_harness import PERIOD, LoopHarness, MakeLoop, reference
-from workers.core.concurrency import Controller
 from workers.core.control_loop import LoopConfig, LoopState
-from workers.core.control_records import ControllerConfig
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.observe import ObserveOnly
+from workers.core.controller.policies.fixed import FixedPolicy
+from workers.core.controller.records import ControllerConfig
 from workers.core.decisions import Cause, DecisionKind
-from workers.core.observe import ObserveOnly
-from workers.core.permits import PermitOutcome
-from workers.core.policies.fixed import FixedPolicy
+from workers.core.dispatch.permits import PermitOutcome
 
 
 async def test_polls_at_once_then_one_period_apart(make_loop: MakeLoop) -> None:

@@ -11,8 +11,8 @@ from tests.unit.core.builders import sample
 from tests.unit.core.loop_harness import PERIOD, Done, MakeLoop, reference
 from workers.core.control_loop import EpisodeFailed
 from workers.core.decisions import DecisionKind
-from workers.core.pacing import PacingConfig
-from workers.core.permits import PermitOutcome
+from workers.core.dispatch.pacing import PacingConfig
+from workers.core.dispatch.permits import PermitOutcome
 from workers.core.samples import EngineHealth
 
 

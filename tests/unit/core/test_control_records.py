@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.core.control_records import ControllerConfig, EpisodeCompletion, check_inflight
+from workers.core.controller.records import ControllerConfig, EpisodeCompletion, check_inflight
 
 
 @pytest.mark.parametrize(

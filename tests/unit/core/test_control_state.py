@@ -7,14 +7,14 @@ import json
 import pytest
 
 from tests.unit.core.builders import sample
-from workers.core.concurrency import Controller
-from workers.core.control_records import ControllerConfig
-from workers.core.control_state import ControllerState, Kept, StoredPin, resume, save
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.latches import DrainLatch
+from workers.core.controller.overrides import Pin
+from workers.core.controller.policies.pacer import PacerPolicy
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.records import ControllerConfig
+from workers.core.controller.state import ControllerState, Kept, StoredPin, resume, save
 from workers.core.decisions import DecisionKind
-from workers.core.latches import DrainLatch
-from workers.core.overrides import Pin
-from workers.core.policies.pacer import PacerPolicy
-from workers.core.policies.reference import ReferencePolicy
 
 
 def state() -> ControllerState:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from tests.unit.core.builders import sample
-from workers.core.decision_records import GrowthLog, Moment
+from workers.core.controller.decision_records import GrowthLog, Moment
+from workers.core.controller.policies.base import PoolView
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, DecisionKind, Signal
-from workers.core.policies.base import PoolView
-from workers.core.policies.reference import ReferencePolicy
-from workers.core.polls import PollSummary
 
 
 def moment(policy_cap: int = 80, pin_cap: int | None = None) -> Moment:

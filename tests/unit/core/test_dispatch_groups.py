@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from workers.core.dispatch_groups import Group, GroupQueue, LiveEpisode
-from workers.core.episodes import EpisodeTicket, GroupSpec
-from workers.core.permits import EpisodeKind, PermitLedger
+from workers.core.dispatch.episodes import EpisodeTicket, GroupSpec
+from workers.core.dispatch.groups import Group, GroupQueue, LiveEpisode
+from workers.core.dispatch.permits import EpisodeKind, PermitLedger
 
 LEDGER = PermitLedger()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.core.dispatch_records import DispatcherConfig
+from workers.core.dispatch.records import DispatcherConfig
 
 
 def test_max_off_policy_steps_cannot_be_negative() -> None:

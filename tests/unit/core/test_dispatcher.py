@@ -17,11 +17,11 @@ from tests.unit.core.dispatch_harness import (
     started,
 )
 from workers.core.clock import ManualClock
-from workers.core.dispatch_records import DispatcherConfig
-from workers.core.dispatcher import Dispatcher
-from workers.core.episodes import CancelReason, EpisodeTicket, FinishedEpisode, GroupSpec
-from workers.core.permits import PermitOutcome
-from workers.core.tallies import Tally, TallyKey
+from workers.core.dispatch.dispatcher import Dispatcher
+from workers.core.dispatch.episodes import CancelReason, EpisodeTicket, FinishedEpisode, GroupSpec
+from workers.core.dispatch.permits import PermitOutcome
+from workers.core.dispatch.records import DispatcherConfig
+from workers.core.dispatch.tallies import Tally, TallyKey
 
 # -- permits and the cap ---------------------------------------------------------------------
 

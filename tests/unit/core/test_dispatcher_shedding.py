@@ -15,7 +15,7 @@ from tests.unit.core.dispatch_harness import (
     MakeHarness,
     started,
 )
-from workers.core.permits import PermitOutcome
+from workers.core.dispatch.permits import PermitOutcome
 
 # -- shedding --------------------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.core.episodes import GroupSpec
-from workers.core.permits import EpisodeKind
+from workers.core.dispatch.episodes import GroupSpec
+from workers.core.dispatch.permits import EpisodeKind
 
 
 @pytest.mark.parametrize(

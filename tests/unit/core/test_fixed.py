@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.unit.core.builders import complete, controller, sample
+from workers.core.controller.policies.fixed import FixedPolicy
 from workers.core.decisions import Cause, Signal
-from workers.core.policies.fixed import FixedPolicy
 
 
 def test_fixed_never_grows_trims_or_cuts() -> None:

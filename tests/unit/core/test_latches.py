@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.core.latches import DrainLatch, Freshness
+from workers.core.controller.latches import DrainLatch, Freshness
 
 
 def test_the_latch_holds_through_hard_polls_and_counts_them() -> None:

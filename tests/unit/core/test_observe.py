@@ -7,11 +7,11 @@ import json
 import pytest
 
 from tests.unit.core.builders import sample
-from workers.core.concurrency import Controller
-from workers.core.control_records import ControllerConfig, EpisodeCompletion
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.observe import CommandRejected, ObserveOnly
+from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.records import ControllerConfig, EpisodeCompletion
 from workers.core.decisions import DecisionKind
-from workers.core.observe import CommandRejected, ObserveOnly
-from workers.core.policies.reference import ReferencePolicy
 
 
 def observing() -> ObserveOnly:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from workers.core.overrides import Overrides, Pin
+from workers.core.controller.overrides import Overrides, Pin
 
 
 def test_a_pin_lapses_at_its_deadline() -> None:

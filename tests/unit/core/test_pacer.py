@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.core.builders import sample
+from workers.core.controller.policies.base import PoolView
+from workers.core.controller.policies.pacer import PacerConfig, PacerPolicy
+from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, DecisionKind, Signal
-from workers.core.policies.base import PoolView
-from workers.core.policies.pacer import PacerConfig, PacerPolicy
-from workers.core.polls import PollSummary
 
 
 def pool(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.core.pacing import AdmissionPacer, PacingConfig
+from workers.core.dispatch.pacing import AdmissionPacer, PacingConfig
 
 
 def test_budget_is_the_larger_of_a_group_and_a_tenth_of_the_cap() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.core.permits import EpisodeKind, PermitError, PermitLedger, PermitOutcome
+from workers.core.dispatch.permits import EpisodeKind, PermitError, PermitLedger, PermitOutcome
 
 
 def test_train_and_eval_share_one_count() -> None:

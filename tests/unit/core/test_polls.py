@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tests.unit.core.builders import sample
-from workers.core.polls import PollSummary
+from workers.core.controller.polls import PollSummary
 from workers.core.samples import EngineHealth, EngineRole
 
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from tests.unit.core.builders import sample
-from workers.core.policies.probe import EpochRate, ThroughputProbe
-from workers.core.polls import PollSummary
+from workers.core.controller.policies.probe import EpochRate, ThroughputProbe
+from workers.core.controller.polls import PollSummary
 from workers.core.samples import EngineHealth, LoadSample
 
 

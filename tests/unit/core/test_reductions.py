@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.core.builders import sample
+from workers.core.controller.policies.base import PoolView
+from workers.core.controller.policies.pacer import PacerConfig
+from workers.core.controller.policies.reductions import TrimRest, cut_proposal
+from workers.core.controller.policies.reference import ReferenceConfig
+from workers.core.controller.policies.signals import OverloadTracker
+from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, DecisionKind
-from workers.core.policies.base import PoolView
-from workers.core.policies.pacer import PacerConfig
-from workers.core.policies.reductions import TrimRest, cut_proposal
-from workers.core.policies.reference import ReferenceConfig
-from workers.core.policies.signals import OverloadTracker
-from workers.core.polls import PollSummary
 
 QUEUED = PollSummary.from_samples([sample(running=100, waiting=80, waiting_capacity=80)], 0.0)
 PREEMPTED = PollSummary.from_samples([sample(preemptions=1)], 0.0)

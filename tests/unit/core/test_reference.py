@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.core.builders import sample
+from workers.core.controller.policies.base import PoolView
+from workers.core.controller.policies.reference import ReferenceConfig, ReferencePolicy
+from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, DecisionKind, Signal
-from workers.core.policies.base import PoolView
-from workers.core.policies.reference import ReferenceConfig, ReferencePolicy
-from workers.core.polls import PollSummary
 
 
 def pool(level: float = 100.0, inflight: int = 100, since_release: int | None = None) -> PoolView:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.unit.core.builders import sample
+from workers.core.controller.policies.signals import OverloadTracker, classify
+from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, Signal
-from workers.core.policies.signals import OverloadTracker, classify
-from workers.core.polls import PollSummary
 
 
 def poll(*samples, at: float = 0.0) -> PollSummary:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tests.unit.core.builders import sample
-from workers.core.control_records import ControllerConfig
-from workers.core.polls import PollSummary
+from workers.core.controller.polls import PollSummary
+from workers.core.controller.records import ControllerConfig
+from workers.core.controller.start_cap import StartCap
 from workers.core.samples import EngineHealth, EngineRole
-from workers.core.start_cap import StartCap
 
 
 def poll(*samples, at: float = 0.0) -> PollSummary:

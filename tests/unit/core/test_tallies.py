@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workers.core.episodes import CancelReason
-from workers.core.permits import EpisodeKind, PermitOutcome
-from workers.core.tallies import Tallies, Tally, TallyKey
+from workers.core.dispatch.episodes import CancelReason
+from workers.core.dispatch.permits import EpisodeKind, PermitOutcome
+from workers.core.dispatch.tallies import Tallies, Tally, TallyKey
 
 TRAIN, EVAL = EpisodeKind.TRAIN, EpisodeKind.EVAL
 

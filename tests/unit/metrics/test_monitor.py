@@ -21,7 +21,7 @@ from inference.metrics.warnings import WarningKind
 from tests.unit.metrics.conftest import Route, TinyServer
 from tests.unit.metrics.texts import exposition
 from workers.core.clock import ManualClock
-from workers.core.polls import PollSummary
+from workers.core.controller.polls import PollSummary
 from workers.core.samples import EngineHealth, EngineRole, LoadSample
 
 Answer = Callable[[], httpx.Response]

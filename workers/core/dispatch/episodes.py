@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Generic, TypeVar
 
-from workers.core.permits import EpisodeKind, PermitOutcome
+from workers.core.dispatch.permits import EpisodeKind, PermitOutcome
 
 P = TypeVar("P")
 R = TypeVar("R")

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, Signal
-from workers.core.polls import PollSummary
 from workers.core.validation import stored_count
 
 

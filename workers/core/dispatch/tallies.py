@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.core.episodes import CancelReason
-from workers.core.permits import EpisodeKind, PermitOutcome
+from workers.core.dispatch.episodes import CancelReason
+from workers.core.dispatch.permits import EpisodeKind, PermitOutcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from workers.core.control_records import MAX_CAP, ControllerConfig
-from workers.core.latches import DrainLatch
-from workers.core.overrides import Pin
-from workers.core.policies.base import Policy
+from workers.core.controller.latches import DrainLatch
+from workers.core.controller.overrides import Pin
+from workers.core.controller.policies.base import Policy
+from workers.core.controller.records import MAX_CAP, ControllerConfig
 from workers.core.validation import (
     check_cap,
     finite,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from workers.core.controller.policies.base import PoolView, Proposal
+from workers.core.controller.policies.signals import Overload, OverloadTracker
 from workers.core.decisions import DecisionKind
-from workers.core.policies.base import PoolView, Proposal
-from workers.core.policies.signals import Overload, OverloadTracker
 
 
 class CutSettings(Protocol):

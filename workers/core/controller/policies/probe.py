@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workers.core.polls import PollSummary
+from workers.core.controller.polls import PollSummary
 from workers.core.validation import stored_number
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workers.core.pacing import PacingConfig
-from workers.core.tallies import Tally, TallyKey
+from workers.core.dispatch.pacing import PacingConfig
+from workers.core.dispatch.tallies import Tally, TallyKey
 from workers.core.validation import check_range
 
 

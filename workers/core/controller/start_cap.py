@@ -10,8 +10,8 @@ waits until every decode and unified engine is up and reports both figures, and 
 
 from __future__ import annotations
 
-from workers.core.control_records import ControllerConfig
-from workers.core.polls import PollSummary
+from workers.core.controller.polls import PollSummary
+from workers.core.controller.records import ControllerConfig
 
 
 class StartCap:

@@ -13,21 +13,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from workers.core.control_records import (
+from workers.core.controller.decision_records import GrowthLog, Moment
+from workers.core.controller.latches import DrainLatch, Freshness, RequestWatch
+from workers.core.controller.overrides import Overrides
+from workers.core.controller.policies.base import Policy, PoolView, Proposal, Reading
+from workers.core.controller.polls import PollSummary
+from workers.core.controller.records import (
     ControllerConfig,
     ControllerStats,
     EpisodeCompletion,
     check_inflight,
 )
-from workers.core.control_state import Kept, resume, save
-from workers.core.decision_records import GrowthLog, Moment
+from workers.core.controller.start_cap import StartCap
+from workers.core.controller.state import Kept, resume, save
 from workers.core.decisions import Cause, Decision, DecisionKind, Signal
-from workers.core.latches import DrainLatch, Freshness, RequestWatch
-from workers.core.overrides import Overrides
-from workers.core.policies.base import Policy, PoolView, Proposal, Reading
-from workers.core.polls import PollSummary
 from workers.core.samples import LoadSample
-from workers.core.start_cap import StartCap
 
 
 class Controller:

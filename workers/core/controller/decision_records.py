@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workers.core.controller.policies.base import Reading
 from workers.core.decisions import Cause, Decision, DecisionKind, Signal, change_reason
-from workers.core.policies.base import Reading
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from workers.core.policies.base import PoolView, Proposal, Reading
-from workers.core.policies.reference import ReferenceConfig
-from workers.core.policies.signals import OverloadTracker, classify, overload_figures
-from workers.core.polls import PollSummary
+from workers.core.controller.policies.base import PoolView, Proposal, Reading
+from workers.core.controller.policies.reference import ReferenceConfig
+from workers.core.controller.policies.signals import OverloadTracker, classify, overload_figures
+from workers.core.controller.polls import PollSummary
 
 
 class FixedPolicy:

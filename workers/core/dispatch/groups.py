@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.core.episodes import CancelReason, EpisodeTicket, GroupSpec
-from workers.core.permits import EpisodeKind, Permit
+from workers.core.dispatch.episodes import CancelReason, EpisodeTicket, GroupSpec
+from workers.core.dispatch.permits import EpisodeKind, Permit
 
 
 @dataclass(slots=True, eq=False)

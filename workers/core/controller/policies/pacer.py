@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from workers.core.controller.policies.base import PoolView, Proposal, Reading
+from workers.core.controller.policies.probe import ThroughputProbe
+from workers.core.controller.policies.reductions import TrimRest, cut_proposal
+from workers.core.controller.policies.signals import Overload, OverloadTracker, overload_figures
+from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, DecisionKind, Signal
-from workers.core.policies.base import PoolView, Proposal, Reading
-from workers.core.policies.probe import ThroughputProbe
-from workers.core.policies.reductions import TrimRest, cut_proposal
-from workers.core.policies.signals import Overload, OverloadTracker, overload_figures
-from workers.core.polls import PollSummary
 from workers.core.validation import (
     check_range,
     stored_count,

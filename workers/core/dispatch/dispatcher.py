@@ -18,9 +18,7 @@ from functools import partial
 from typing import Any, Generic
 
 from workers.core.clock import Clock
-from workers.core.dispatch_groups import Group, GroupQueue, LiveEpisode
-from workers.core.dispatch_records import DispatcherConfig, DispatcherStats, ShedReport
-from workers.core.episodes import (
+from workers.core.dispatch.episodes import (
     CancelReason,
     EpisodeTicket,
     FinishedEpisode,
@@ -28,9 +26,11 @@ from workers.core.episodes import (
     P,
     R,
 )
-from workers.core.pacing import AdmissionPacer
-from workers.core.permits import EpisodeKind, PermitLedger, PermitOutcome
-from workers.core.tallies import Tallies
+from workers.core.dispatch.groups import Group, GroupQueue, LiveEpisode
+from workers.core.dispatch.pacing import AdmissionPacer
+from workers.core.dispatch.permits import EpisodeKind, PermitLedger, PermitOutcome
+from workers.core.dispatch.records import DispatcherConfig, DispatcherStats, ShedReport
+from workers.core.dispatch.tallies import Tallies
 
 RunEpisode = Callable[[EpisodeTicket[P], str], Coroutine[Any, Any, R]]
 OnFinished = Callable[[FinishedEpisode[P, R]], None]

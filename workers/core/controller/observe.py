@@ -12,15 +12,15 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from workers.core.concurrency import Controller
-from workers.core.control_records import (
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.base import Policy
+from workers.core.controller.records import (
     MAX_CAP,
     ControllerConfig,
     ControllerStats,
     EpisodeCompletion,
 )
 from workers.core.decisions import Cause, Decision, DecisionKind
-from workers.core.policies.base import Policy
 from workers.core.samples import LoadSample
 from workers.core.validation import check_cap
 
