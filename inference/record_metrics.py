@@ -11,7 +11,9 @@ Then, against that freshly started (still idle) engine:
 
     python -m inference.record_metrics http://127.0.0.1:8000 tests/fixtures/metrics/vllm-0.32.0-cpu
 
-writes `...-idle.txt` and `...-pressure.txt`.
+writes `...-idle.txt` and `...-pressure.txt`. With `--models-only` it writes the engine's
+`/v1/models` body, byte for byte, to `...-models.json` instead, e.g. of an engine serving a LoRA
+adapter (`--enable-lora --lora-modules NAME=DIR`), which vLLM lists beside its base model.
 """
 
 import argparse
@@ -131,6 +133,16 @@ async def record(base_url: str, out_stem: Path) -> list[Path]:
     return written
 
 
+async def record_models(base_url: str, out_stem: Path) -> Path:
+    """The body as served, not re-encoded: a fixture must show vLLM's own nulls and spacing."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client:
+        response = await client.get(f"{base_url}/v1/models")
+    response.raise_for_status()
+    path = out_stem.with_name(f"{out_stem.name}-models.json")
+    path.write_bytes(response.content)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -141,10 +153,19 @@ def main() -> None:
         type=Path,
         help="path prefix of the recordings, e.g. tests/fixtures/metrics/vllm-0.32.0-cpu",
     )
+    parser.add_argument(
+        "--models-only",
+        action="store_true",
+        help="record only the /v1/models body, to OUT_STEM-models.json",
+    )
     args = parser.parse_args()
     if not args.out_stem.parent.is_dir():
         parser.error(f"{args.out_stem.parent} is not a directory")
-    for path in asyncio.run(record(args.url.rstrip("/"), args.out_stem)):
+    url = args.url.rstrip("/")
+    if args.models_only:
+        print(f"wrote {asyncio.run(record_models(url, args.out_stem))}")
+        return
+    for path in asyncio.run(record(url, args.out_stem)):
         print(f"wrote {path}")
 
 

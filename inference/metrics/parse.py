@@ -72,16 +72,22 @@ def parse_max_model_len(body: bytes) -> int:
     """The context length an episode must fit, from ``GET /v1/models``.
 
     A server may list several models (a base model and its LoRA adapters); the smallest
-    length is the one every request is sure to fit.
+    length is the one every request is sure to fit. vLLM lists an adapter with
+    ``"max_model_len": null``: an adapter runs on its base model and has no length of its own,
+    so only the lengths stated count. Any stated length must still be a positive whole number,
+    since a garbled one could be the smallest.
     """
     try:
         payload = json.loads(body)
         lengths = [entry["max_model_len"] for entry in payload["data"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise ScrapeBadFormat(f"/v1/models is not a model list: {_excerpt(body)}") from exc
-    if not lengths or not all(type(n) is int and n > 0 for n in lengths):
-        raise ScrapeBadFormat(f"/v1/models lists no positive max_model_len: {lengths}")
-    return min(lengths)
+    stated = [n for n in lengths if n is not None]
+    if not stated:
+        raise ScrapeBadFormat(f"/v1/models states no max_model_len: {lengths}")
+    if not all(type(n) is int and n > 0 for n in stated):
+        raise ScrapeBadFormat(f"/v1/models lists a max_model_len that is not positive: {lengths}")
+    return min(stated)
 
 
 def _collect(text: str) -> dict[str | None, _Rows]:

@@ -4,6 +4,8 @@ the numbers they hold. Values asserted here were read off the fixture texts by e
 vllm-0.32.0-cpu-*.txt were recorded from a real vLLM 0.32.0 CPU engine with 16 KV blocks of
 128 tokens (``--num-gpu-blocks-override 16``): first idle, then under a load that preempted.
 variant-*.txt are derived from the pressure text by hand; their header comments say how.
+vllm-0.32.0-cpu-lora-models.json is the ``/v1/models`` body of an engine so configured serving a
+LoRA adapter. README.md in the fixtures folder has the commands behind each recording.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from inference.metrics.client import MetricsClient
 from inference.metrics.endpoints import EngineSpec
 from inference.metrics.monitor import EngineMonitor
 from inference.metrics.names import Series
-from inference.metrics.parse import parse_exposition
+from inference.metrics.parse import parse_exposition, parse_max_model_len
 from inference.metrics.readings import Counters
 from inference.metrics.stats import POOL
 from tests.unit.metrics.conftest import Route, TinyServer
@@ -30,6 +32,7 @@ IDLE = FIXTURES / "vllm-0.32.0-cpu-idle.txt"
 PRESSURE = FIXTURES / "vllm-0.32.0-cpu-pressure.txt"
 LEGACY = FIXTURES / "variant-legacy-names.txt"
 DATA_PARALLEL = FIXTURES / "variant-data-parallel.txt"
+LORA_MODELS = FIXTURES / "vllm-0.32.0-cpu-lora-models.json"
 PRESSURE_COUNTERS = Counters(
     preemptions=3,
     prefix_cache_hits=3072,
@@ -148,3 +151,32 @@ async def test_monitor_over_http_turns_idle_then_pressure_into_one_sample(
     )
     e2e = stats["cpu-0/0"].latency[Series.E2E_LATENCY]
     assert (e2e.count, e2e.p50) == (2, pytest.approx(1.75))  # both within (1.5, 2.0] s
+
+
+def test_a_recorded_lora_models_list_reads_the_base_models_length() -> None:
+    """vLLM 0.32 lists the adapter after its base model, with a null length of its own."""
+    entries = json.loads(LORA_MODELS.read_bytes())["data"]
+    assert [(e["id"], e["parent"], e["max_model_len"]) for e in entries] == [
+        ("pacer-tiny", None, 1024),
+        ("pacer-tiny-lora", "pacer-tiny", None),
+    ]
+    assert parse_max_model_len(LORA_MODELS.read_bytes()) == 1024
+
+
+async def test_lora_adapters_with_null_max_model_len_are_ignored_by_the_monitor(
+    tiny_server: TinyServer,
+) -> None:
+    """The engine is ready (length known) on its first poll, and /v1/models is read once."""
+    tiny_server.routes["/v1/models"] = Route(body=LORA_MODELS.read_bytes())
+    tiny_server.routes["/metrics"] = Route(body=IDLE.read_bytes())
+    clock = ManualClock()
+    spec = EngineSpec("cpu-0", tiny_server.url, EngineRole.DECODE)
+    async with MetricsClient(httpx.AsyncClient()) as client:
+        monitor = EngineMonitor([spec], client, clock)
+        results = []
+        for _ in range(3):
+            results.append(await monitor.poll())
+            clock.advance(5.0)
+    assert [r.samples[0].max_model_len for r in results] == [1024, 1024, 1024]
+    assert [r.endpoints[0].models_error for r in results] == [None, None, None]
+    assert tiny_server.requests.count("/v1/models") == 1

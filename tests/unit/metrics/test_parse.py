@@ -228,6 +228,21 @@ def test_max_model_len_is_the_smallest_listed() -> None:
     assert parse_max_model_len(body) == 2048
 
 
+def test_lora_adapters_with_null_max_model_len_are_ignored() -> None:
+    """vLLM lists each adapter with a null length: it runs on the base model's (hand-written
+    here; the recorded body is read in test_contract)."""
+    body = json.dumps(
+        {
+            "object": "list",
+            "data": [
+                {"id": "base", "parent": None, "max_model_len": 8192},
+                {"id": "sql-lora", "parent": "base", "max_model_len": None},
+            ],
+        }
+    ).encode()
+    assert parse_max_model_len(body) == 8192
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -236,6 +251,8 @@ def test_max_model_len_is_the_smallest_listed() -> None:
         b'{"data": []}',
         b'{"data": [{"id": "m"}]}',
         b'{"data": [{"max_model_len": "4k"}]}',
+        b'{"data": [{"id": "lora", "max_model_len": null}]}',
+        b'{"data": [{"max_model_len": 8192}, {"max_model_len": 0}, {"max_model_len": null}]}',
     ],
 )
 def test_a_bad_models_list_gets_a_clear_error(body: bytes) -> None:
