@@ -7,7 +7,10 @@ exception no ScrapeError foresaw, logged with its traceback: a bug met on one en
 must cost that engine's scrape, not the others' numbers or the whole poll. The numbers are
 turned into samples by the pure modules beside this one; this module only sequences I/O and
 keeps what the next poll needs: the previous readings, the last good samples, each endpoint's
-status and its ``max_model_len``, fetched until it succeeds and then cached.
+status and its ``max_model_len``, fetched until it succeeds and then cached. A scrape that shows
+the engine restarted reads ``/v1/models`` again before the poll's samples are made: a relaunched
+engine may serve another length, and the restart's own sample must already carry it. That read
+follows the metrics, so on that one poll the engine may cost twice the per-scrape limit.
 
 Every data-parallel rank an endpoint has shown is remembered. A rank missing from a scrape
 that otherwise worked keeps reporting its last gauges with zero deltas, STALE and then DOWN by
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from inference.metrics import health
 from inference.metrics.client import MetricsClient
-from inference.metrics.deltas import ReadingDelta, reading_delta
+from inference.metrics.deltas import ReadingDelta, reading_delta, restarted
 from inference.metrics.endpoints import EngineSpec
 from inference.metrics.errors import ScrapeError
 from inference.metrics.health import EndpointStatus, HealthConfig
@@ -63,7 +66,7 @@ class _Memory:
 
     status: EndpointStatus
     max_model_len: int | None = None
-    refetch_models: bool = True  # until read once, and again after a restart
+    refetch_models: bool = True  # until read once, and after a restart until read again
     # By engine id, for every rank the endpoint has shown: the last reading and when it was
     # scraped, and the last good sample, in the order the ranks first appeared.
     readings: dict[str, tuple[EngineReading, float]] = field(default_factory=dict)
@@ -129,9 +132,14 @@ class EngineMonitor:
         )
 
     async def _scrape(self, spec: EngineSpec) -> _Outcome:
-        if not self._memory[spec.name].refetch_models:
-            return await self._metrics(spec)
-        metrics, models = await asyncio.gather(self._metrics(spec), self._models(spec))
+        memory = self._memory[spec.name]
+        if memory.refetch_models:
+            metrics, models = await asyncio.gather(self._metrics(spec), self._models(spec))
+        else:
+            metrics = await self._metrics(spec)
+            if not _shows_restart(memory, metrics):
+                return metrics
+            models = await self._models(spec)
         if isinstance(models, int):
             return replace(metrics, max_model_len=models)
         return replace(metrics, models_error=models)
@@ -178,8 +186,6 @@ class EngineMonitor:
             )
             stats.append(engine_stats(engine_id, delta))
             deltas.append(delta)
-            if delta.restarted:
-                memory.refetch_models = True  # a relaunched engine may serve another length
         return [
             sample if engine_id in readings else self._aged(sample, at, memory.max_model_len)
             for engine_id, sample in memory.samples.items()
@@ -211,8 +217,17 @@ class EngineMonitor:
             memory.refetch_models = False
             memory.status = replace(memory.status, models_error=None)
         elif outcome.models_error is not None:
+            memory.refetch_models = True
             memory.status = replace(memory.status, models_error=outcome.models_error)
         return memory
+
+
+def _shows_restart(memory: _Memory, outcome: _Outcome) -> bool:
+    """Whether any rank of a good scrape comes from a later life of the engine than before."""
+    return outcome.readings is not None and any(
+        engine_id in memory.readings and restarted(memory.readings[engine_id][0], reading)
+        for engine_id, reading in outcome.readings.items()
+    )
 
 
 def _why(exc: Exception) -> str:

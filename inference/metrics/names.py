@@ -98,6 +98,22 @@ BLOCKS_LABEL = "num_gpu_blocks"
 BLOCK_SIZE_LABEL = "block_size"
 
 
+def created_names() -> dict[str, tuple[Series, int]]:
+    """Map the ``_created`` sample of every counter and histogram spelling to its series.
+
+    prometheus_client stamps each counter and histogram with the Unix time it was made (in
+    the text format as a gauge family of its own, ``<name>_created``). An engine makes its
+    series once, at start, so a stamp that changes between scrapes is a restart, even one whose
+    new totals have already passed the old. Older exporters write no such samples.
+    """
+    return {
+        f"{name}_created": (series, rank)
+        for series, names in NAMES.items()
+        if KINDS[series] in (SeriesKind.COUNTER, SeriesKind.HISTOGRAM)
+        for rank, name in enumerate(names)
+    }
+
+
 def sample_names() -> dict[str, tuple[Series, int]]:
     """Map every accepted sample name to its series and spelling rank.
 

@@ -6,6 +6,9 @@ series of which Pacer reads about 80, so the other lines are dropped by name fir
 string split) and only the rest is parsed. Comment lines go too: the name table already says
 what each sample is, whether a counter carries ``_total`` or not.
 
+Counters and histograms also carry the time they were made, as ``<name>_created`` samples;
+each is read into the reading's ``created`` so a restart can be told apart from growth.
+
 One vLLM server can host several data-parallel engines, told apart by the ``engine`` label.
 A series without that label belongs to the whole server and fills in what a rank does not
 report itself (labelled values win). Every labelled engine's id is ``<endpoint>/<engine label>``,
@@ -21,7 +24,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -33,8 +36,11 @@ from inference.metrics.names import Series, SeriesKind
 from inference.metrics.readings import COUNTER_SERIES, Counters, EngineReading
 
 _SAMPLE_NAMES = names.sample_names()
+_CREATED_NAMES = names.created_names()
 _EXCERPT_CHARS = 80  # enough of a bad body to recognise it in an error message
-_INFO_CACHE_LINES = 1024  # one info line per engine rank; more ranks than any one pool holds
+# Per engine rank, one info line and eight created stamps (names.created_names: five counters,
+# three histograms); for 1024 ranks, more than any one pool holds.
+_CONSTANT_CACHE_LINES = 9 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,14 @@ class _Row:
 
 
 _Rows = dict[Series, list[_Row]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Samples:
+    """The rows of one engine label (or of none): values, and when each series was made."""
+
+    values: _Rows = field(default_factory=lambda: defaultdict(list))
+    created: _Rows = field(default_factory=lambda: defaultdict(list))
 
 
 def parse_exposition(text: str, endpoint: str) -> dict[str, EngineReading]:
@@ -62,80 +76,97 @@ def parse_exposition(text: str, endpoint: str) -> dict[str, EngineReading]:
         raise ScrapeBadFormat(f"an HTML page, not Prometheus text: {_excerpt(text)}")
     per_engine = _collect(text)
     labelled = sorted(key for key in per_engine if key is not None)
-    shared = per_engine.get(None, {})
+    shared = per_engine.get(None, _Samples())
     if not labelled:
-        return {endpoint: _reading(shared)}
-    return {f"{endpoint}/{label}": _reading({**shared, **per_engine[label]}) for label in labelled}
+        return {endpoint: _reading(shared.values, shared.created)}
+    return {
+        f"{endpoint}/{label}": _reading(
+            {**shared.values, **per_engine[label].values},
+            {**shared.created, **per_engine[label].created},
+        )
+        for label in labelled
+    }
 
 
 def parse_max_model_len(body: bytes) -> int:
     """The context length an episode must fit, from ``GET /v1/models``.
 
     A server may list several models (a base model and its LoRA adapters); the smallest
-    length is the one every request is sure to fit.
+    length is the one every request is sure to fit. vLLM lists an adapter with
+    ``"max_model_len": null``: an adapter runs on its base model and has no length of its own,
+    so only the lengths stated count. Any stated length must still be a positive whole number,
+    since a garbled one could be the smallest.
     """
     try:
         payload = json.loads(body)
         lengths = [entry["max_model_len"] for entry in payload["data"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise ScrapeBadFormat(f"/v1/models is not a model list: {_excerpt(body)}") from exc
-    if not lengths or not all(type(n) is int and n > 0 for n in lengths):
-        raise ScrapeBadFormat(f"/v1/models lists no positive max_model_len: {lengths}")
-    return min(lengths)
+    stated = [n for n in lengths if n is not None]
+    if not stated:
+        raise ScrapeBadFormat(f"/v1/models states no max_model_len: {lengths}")
+    if not all(type(n) is int and n > 0 for n in stated):
+        raise ScrapeBadFormat(f"/v1/models lists a max_model_len that is not positive: {lengths}")
+    return min(stated)
 
 
-def _collect(text: str) -> dict[str | None, _Rows]:
+def _collect(text: str) -> dict[str | None, _Samples]:
     """Group the samples Pacer reads by engine label (None: no label) and series."""
-    per_engine: dict[str | None, _Rows] = defaultdict(lambda: defaultdict(list))
-    lines, info_lines = _wanted_lines(text)
+    per_engine: dict[str | None, _Samples] = defaultdict(_Samples)
+    lines, constant_lines = _wanted_lines(text)
     try:
         samples = [s for f in text_string_to_metric_families("\n".join(lines)) for s in f.samples]
-        for line in info_lines:
-            samples += _parse_info_line(line)
+        for line in constant_lines:
+            samples += _parse_constant_line(line)
     except (ValueError, IndexError, TypeError) as exc:
         raise ScrapeBadFormat(f"not Prometheus text: {exc} in {_excerpt(text)}") from exc
     for sample in samples:
         # The line filter reads a name up to a space or tab, the parser up to the brace: a name
         # garbled by a gap (``vllm:num_preemptions _total{...}``) passes the one and comes out
         # of the other as a name Pacer does not know.
-        known = _SAMPLE_NAMES.get(sample.name)
+        created = _CREATED_NAMES.get(sample.name)
+        known = created or _SAMPLE_NAMES.get(sample.name)
         if known is None:
             raise ScrapeBadFormat(f"not Prometheus text: garbled sample name {sample.name!r}")
         series, rank = known
         value = float(sample.value)
         if not math.isfinite(value):
             raise ScrapeBadFormat(f"{sample.name}{sample.labels} is {value}, not finite")
-        engine = sample.labels.get(names.ENGINE_LABEL) or None
-        per_engine[engine][series].append(_Row(rank, sample.labels, value))
+        engine = per_engine[sample.labels.get(names.ENGINE_LABEL) or None]
+        rows = engine.created if created else engine.values
+        rows[series].append(_Row(rank, sample.labels, value))
     return per_engine
 
 
 def _wanted_lines(text: str) -> tuple[list[str], list[str]]:
     """The sample lines Pacer reads, found by the name before ``{`` or the first space.
 
-    Info lines come apart from the rest, to be parsed through a cache.
+    Lines whose text stays the same for the engine's life (info lines, created stamps) come
+    apart from the rest, to be parsed through a cache.
     """
-    lines, info_lines = [], []
+    lines, constant_lines = [], []
     for line in text.splitlines():
         line = line.strip()
-        known = _SAMPLE_NAMES.get(line.partition("{")[0].partition(" ")[0].partition("\t")[0])
-        if known is not None:
-            (info_lines if names.KINDS[known[0]] is SeriesKind.INFO else lines).append(line)
-    return lines, info_lines
+        name = line.partition("{")[0].partition(" ")[0].partition("\t")[0]
+        if name in _CREATED_NAMES:
+            constant_lines.append(line)
+        elif (known := _SAMPLE_NAMES.get(name)) is not None:
+            (constant_lines if names.KINDS[known[0]] is SeriesKind.INFO else lines).append(line)
+    return lines, constant_lines
 
 
-@functools.lru_cache(maxsize=_INFO_CACHE_LINES)
-def _parse_info_line(line: str) -> tuple[Sample, ...]:
-    """One info line's samples, memoized.
+@functools.lru_cache(maxsize=_CONSTANT_CACHE_LINES)
+def _parse_constant_line(line: str) -> tuple[Sample, ...]:
+    """One line's samples, memoized, for lines that repeat every poll of an engine's life.
 
     ``cache_config_info`` carries some 40 labels, which makes it the costliest line to parse
-    (about a tenth of a whole scrape), yet it is configuration: the same text every poll for
-    as long as the engine lives.
+    (about a tenth of a whole scrape), yet it is configuration; a created stamp changes only
+    with a restart. Parsed alone, each stamp would also cost a family of its own.
     """
     return tuple(s for f in text_string_to_metric_families(line) for s in f.samples)
 
 
-def _reading(rows: _Rows) -> EngineReading:
+def _reading(rows: _Rows, created: _Rows) -> EngineReading:
     missing = sorted(s.value for s in names.REQUIRED if s not in rows)
     if missing:
         raise ScrapeBadFormat(f"not a vLLM exposition: missing {', '.join(missing)}")
@@ -157,7 +188,17 @@ def _reading(rows: _Rows) -> EngineReading:
             for series, found in best.items()
             if names.KINDS[series] is SeriesKind.HISTOGRAM
         },
+        created=_created(created),
     )
+
+
+def _created(rows: _Rows) -> dict[Series, float]:
+    """When each series was made: the earliest stamp of its rows.
+
+    A row that appears later in an engine's life (a label value first used) must not move it;
+    a restart moves every row, so it moves the earliest too.
+    """
+    return {series: min(row.value for row in _newest(found)) for series, found in rows.items()}
 
 
 def _newest(rows: list[_Row]) -> list[_Row]:

@@ -51,3 +51,6 @@ class EngineReading:
     kv_capacity_tokens: int | None  # None when cache_config_info gives no usable size
     counters: Counters
     histograms: Mapping[Series, Histogram] = field(default_factory=dict)
+    # Unix time each counter and histogram was made (its ``_created`` sample), for those that
+    # carry one: the same for as long as the engine lives, new after every restart.
+    created: Mapping[Series, float] = field(default_factory=dict)

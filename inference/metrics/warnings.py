@@ -18,7 +18,8 @@ class WarningKind(StrEnum):
     # The cap exceeds what the engines may run at once: requests queue on the batch limit
     # before KV fills, and a KV-driven controller sees no pressure (F13).
     CAP_ABOVE_BATCH_LIMIT = "cap_above_batch_limit"
-    # A counter went backwards: the engine restarted and lost its running requests.
+    # The engine restarted (its series' created stamps changed, or a counter went backwards)
+    # and lost its running requests.
     ENGINE_RESTART = "engine_restart"
     # Requests have waited for capacity on every poll for too long: one may never fit, and
     # the engine looks merely full (F17).
@@ -126,6 +127,6 @@ def _restart(sample: LoadSample, now: float) -> MonitorWarning:
         WarningKind.ENGINE_RESTART,
         now,
         sample.engine_id,
-        f"{sample.engine_id}: counters went backwards, the engine restarted since the previous "
-        "poll; its in-flight requests were lost and this poll's deltas read as zero",
+        f"{sample.engine_id}: the engine restarted since the previous poll (its counters were "
+        "made anew); its in-flight requests were lost and this poll's deltas read as zero",
     )

@@ -4,6 +4,11 @@ the numbers they hold. Values asserted here were read off the fixture texts by e
 vllm-0.32.0-cpu-*.txt were recorded from a real vLLM 0.32.0 CPU engine with 16 KV blocks of
 128 tokens (``--num-gpu-blocks-override 16``): first idle, then under a load that preempted.
 variant-*.txt are derived from the pressure text by hand; their header comments say how.
+vllm-0.32.0-cpu-lora-models.json is the ``/v1/models`` body of an engine so configured serving a
+LoRA adapter. vllm-0.32.0-cpu-relaunched*.* come from an engine of that configuration started
+anew with ``--max-model-len 1536`` and loaded until every total Pacer reads had passed the
+pressure text's: after the pressure text, a restart only the created stamps show. README.md in
+the fixtures folder has the commands behind each recording.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ import httpx
 import pytest
 
 from inference.metrics.client import MetricsClient
+from inference.metrics.deltas import reading_delta
 from inference.metrics.endpoints import EngineSpec
 from inference.metrics.monitor import EngineMonitor
 from inference.metrics.names import Series
-from inference.metrics.parse import parse_exposition
-from inference.metrics.readings import Counters
-from inference.metrics.stats import POOL
+from inference.metrics.parse import parse_exposition, parse_max_model_len
+from inference.metrics.readings import COUNTER_SERIES, Counters
+from inference.metrics.stats import LATENCY_SERIES, POOL
+from inference.metrics.warnings import WarningKind
 from tests.unit.metrics.conftest import Route, TinyServer
 from workers.core.clock import ManualClock
 from workers.core.samples import EngineHealth, EngineRole, LoadSample
@@ -30,6 +37,9 @@ IDLE = FIXTURES / "vllm-0.32.0-cpu-idle.txt"
 PRESSURE = FIXTURES / "vllm-0.32.0-cpu-pressure.txt"
 LEGACY = FIXTURES / "variant-legacy-names.txt"
 DATA_PARALLEL = FIXTURES / "variant-data-parallel.txt"
+LORA_MODELS = FIXTURES / "vllm-0.32.0-cpu-lora-models.json"
+RELAUNCHED = FIXTURES / "vllm-0.32.0-cpu-relaunched.txt"
+RELAUNCHED_MODELS = FIXTURES / "vllm-0.32.0-cpu-relaunched-models.json"
 PRESSURE_COUNTERS = Counters(
     preemptions=3,
     prefix_cache_hits=3072,
@@ -148,3 +158,94 @@ async def test_monitor_over_http_turns_idle_then_pressure_into_one_sample(
     )
     e2e = stats["cpu-0/0"].latency[Series.E2E_LATENCY]
     assert (e2e.count, e2e.p50) == (2, pytest.approx(1.75))  # both within (1.5, 2.0] s
+
+
+def test_a_recorded_lora_models_list_reads_the_base_models_length() -> None:
+    """vLLM 0.32 lists the adapter after its base model, with a null length of its own."""
+    entries = json.loads(LORA_MODELS.read_bytes())["data"]
+    assert [(e["id"], e["parent"], e["max_model_len"]) for e in entries] == [
+        ("pacer-tiny", None, 1024),
+        ("pacer-tiny-lora", "pacer-tiny", None),
+    ]
+    assert parse_max_model_len(LORA_MODELS.read_bytes()) == 1024
+
+
+async def test_lora_adapters_with_null_max_model_len_are_ignored_by_the_monitor(
+    tiny_server: TinyServer,
+) -> None:
+    """The engine is ready (length known) on its first poll, and /v1/models is read once."""
+    tiny_server.routes["/v1/models"] = Route(body=LORA_MODELS.read_bytes())
+    tiny_server.routes["/metrics"] = Route(body=IDLE.read_bytes())
+    clock = ManualClock()
+    spec = EngineSpec("cpu-0", tiny_server.url, EngineRole.DECODE)
+    async with MetricsClient(httpx.AsyncClient()) as client:
+        monitor = EngineMonitor([spec], client, clock)
+        results = []
+        for _ in range(3):
+            results.append(await monitor.poll())
+            clock.advance(5.0)
+    assert [r.samples[0].max_model_len for r in results] == [1024, 1024, 1024]
+    assert [r.endpoints[0].models_error for r in results] == [None, None, None]
+    assert tiny_server.requests.count("/v1/models") == 1
+
+
+def test_created_stamps_are_read_from_real_vllm_text() -> None:
+    """Each counter and histogram Pacer reads carries its own stamp, fixed for the engine's
+    life: the idle and pressure texts share them, the relaunched engine's are all new."""
+    idle, pressure, relaunched = (
+        parse_exposition(path.read_text(), "cpu")["cpu/0"] for path in (IDLE, PRESSURE, RELAUNCHED)
+    )
+    assert pressure.created[Series.GENERATION_TOKENS] == 1.796018521705754e09
+    assert pressure.created[Series.PREEMPTIONS] == 1.796018521705328e09
+    assert pressure.created[Series.TIME_TO_FIRST_TOKEN] == 1.7960185217065287e09
+    assert relaunched.created[Series.GENERATION_TOKENS] == 1.7961176053610592e09
+    assert set(pressure.created) == set(COUNTER_SERIES) | set(LATENCY_SERIES)
+    assert idle.created == pressure.created
+    assert all(relaunched.created[s] != pressure.created[s] for s in pressure.created)
+    (legacy,) = parse_exposition(LEGACY.read_text(), "old").values()
+    assert set(legacy.created) == set(LATENCY_SERIES)  # the variant drops counters' stamps
+
+
+def test_a_relaunched_engine_whose_totals_passed_the_old_ones_reads_as_a_restart() -> None:
+    """What the counters alone miss: every total is higher, yet this is another engine."""
+    pressure = parse_exposition(PRESSURE.read_text(), "cpu")["cpu/0"]
+    relaunched = parse_exposition(RELAUNCHED.read_text(), "cpu")["cpu/0"]
+    assert not relaunched.counters.went_backwards(pressure.counters)
+    assert relaunched.counters == Counters(18, 3328, 4200, 4200, 5925)
+    delta = reading_delta(pressure, relaunched, 5.0, 30.0)
+    assert (delta.restarted, delta.counters, delta.histograms) == (True, Counters(), {})
+
+
+async def test_monitor_over_http_sees_a_real_relaunch_and_rereads_max_model_len_at_once(
+    tiny_server: TinyServer,
+) -> None:
+    """The pressure text's engine as if killed and started again with another --max-model-len
+    between two polls: the recordings are what a scraper would read."""
+    tiny_server.routes["/v1/models"] = Route(body=LORA_MODELS.read_bytes())
+    tiny_server.routes["/metrics"] = Route(body=PRESSURE.read_bytes())
+    clock = ManualClock()
+    spec = EngineSpec("cpu-0", tiny_server.url, EngineRole.DECODE)
+    async with MetricsClient(httpx.AsyncClient()) as client:
+        monitor = EngineMonitor([spec], client, clock)
+        before = await monitor.poll()
+        tiny_server.routes["/metrics"] = Route(body=RELAUNCHED.read_bytes())
+        tiny_server.routes["/v1/models"] = Route(body=RELAUNCHED_MODELS.read_bytes())
+        clock.advance(5.0)
+        restart = await monitor.poll()
+        clock.advance(5.0)
+        after = await monitor.poll()
+    assert before.samples[0].max_model_len == 1024
+    (sample,) = restart.samples
+    assert (sample.restarted, sample.max_model_len) == (True, 1536)
+    assert (sample.num_preemptions, sample.generation_tokens, sample.prefix_cache_hits) == (0, 0, 0)
+    assert (sample.num_running, sample.num_waiting_capacity, sample.kv_usage) == (5, 11, 1.0)
+    assert [(w.kind, w.engine_id) for w in restart.warnings] == [
+        (WarningKind.ENGINE_RESTART, "cpu-0/0")
+    ]
+    assert {s.scope: s.generation_tokens_per_s for s in restart.stats} == {
+        "cpu-0/0": None,
+        POOL: None,
+    }
+    assert (after.samples[0].restarted, after.samples[0].max_model_len) == (False, 1536)
+    assert after.warnings == ()
+    assert tiny_server.requests.count("/v1/models") == 2

@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference.metrics.deltas import reading_delta
+from inference.metrics.deltas import reading_delta, restarted
 from inference.metrics.histograms import Histogram
 from inference.metrics.names import Series
 from inference.metrics.readings import Counters, EngineReading
@@ -16,9 +16,12 @@ from inference.metrics.readings import Counters, EngineReading
 GAP = 30.0
 
 
-def reading(counters: Counters, ttft: Histogram | None = None) -> EngineReading:
+def reading(
+    counters: Counters, ttft: Histogram | None = None, created: float | None = None
+) -> EngineReading:
     histograms = {Series.TIME_TO_FIRST_TOKEN: ttft} if ttft else {}
-    return EngineReading(0.5, 4, 0, 0, 0, 8192, counters, histograms)
+    stamps = {} if created is None else {Series.GENERATION_TOKENS: created}
+    return EngineReading(0.5, 4, 0, 0, 0, 8192, counters, histograms, stamps)
 
 
 def test_first_scrape_has_zero_deltas_and_no_interval() -> None:
@@ -50,6 +53,31 @@ def test_a_histogram_count_going_backwards_is_a_restart() -> None:
     earlier = reading(Counters(), Histogram(bounds, (5, 8)))
     later = reading(Counters(), Histogram(bounds, (1, 1)))
     assert reading_delta(earlier, later, 5.0, GAP).restarted
+
+
+def test_a_changed_created_stamp_is_a_restart_even_when_every_counter_grew() -> None:
+    """An engine relaunched between two polls and busy since: its totals passed the old ones."""
+    earlier = reading(Counters(3, 3072, 3900, 3900, 40), created=1_700_000_000.25)
+    later = reading(Counters(18, 3328, 4200, 4200, 300), created=1_700_000_360.5)
+    delta = reading_delta(earlier, later, 5.0, GAP)
+    assert delta.restarted
+    assert (delta.counters, delta.seconds) == (Counters(), None)
+    assert restarted(earlier, later)
+
+
+def test_the_same_created_stamp_is_the_same_engine_life() -> None:
+    earlier = reading(Counters(generation_tokens=40), created=1_700_000_000.25)
+    later = reading(Counters(generation_tokens=300), created=1_700_000_000.25)
+    delta = reading_delta(earlier, later, 5.0, GAP)
+    assert (delta.restarted, delta.counters.generation_tokens) == (False, 260)
+
+
+def test_a_stamp_only_one_reading_carries_is_left_to_the_counters() -> None:
+    """An exporter that starts or stops writing stamps proves nothing by it."""
+    stamped = reading(Counters(generation_tokens=300), created=1_700_000_000.25)
+    unstamped = reading(Counters(generation_tokens=40))
+    assert not restarted(unstamped, stamped)
+    assert restarted(stamped, unstamped)  # the counter went backwards
 
 
 def test_an_interval_longer_than_the_gap_is_history_but_still_sees_a_restart() -> None:

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 import socket
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import replace
 
 import httpx
@@ -15,66 +11,14 @@ import pytest
 from inference.metrics.client import MetricsClient, ScrapeConfig
 from inference.metrics.endpoints import EngineSpec
 from inference.metrics.health import HealthConfig
-from inference.metrics.monitor import EngineMonitor, MonitorConfig, PollResult
+from inference.metrics.monitor import EngineMonitor
 from inference.metrics.stats import POOL
-from inference.metrics.warnings import WarningKind
 from tests.unit.metrics.conftest import Route, TinyServer
+from tests.unit.metrics.monitor_harness import MODELS, Answer, Engines, build, by_id, refuse, spec
 from tests.unit.metrics.texts import exposition
 from workers.core.clock import ManualClock
 from workers.core.controller.polls import PollSummary
-from workers.core.samples import EngineHealth, EngineRole, LoadSample
-
-Answer = Callable[[], httpx.Response]
-MODELS = json.dumps({"data": [{"id": "m", "max_model_len": 4096}]})
-
-
-class Engines:
-    """Answers per host and path; counts requests; a host may hang or raise."""
-
-    def __init__(self) -> None:
-        self.metrics: dict[str, Answer] = {}
-        self.models: dict[str, Answer] = {}
-        self.requests: Counter[tuple[str, str]] = Counter()
-        self.release = asyncio.Event()
-
-    def serve(self, host: str, text: str) -> None:
-        self.metrics[host] = lambda: httpx.Response(200, text=text)
-
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        host, path = request.url.host, request.url.path
-        self.requests[host, path] += 1
-        table = self.metrics if path == "/metrics" else self.models
-        answer = table.get(host, lambda: httpx.Response(200, text=MODELS))
-        response = answer()
-        if response.status_code == 599:  # stands for "never answers"
-            await self.release.wait()
-        return response
-
-
-def refuse() -> httpx.Response:
-    raise httpx.ConnectError("connection refused")
-
-
-def build(
-    engines: Engines,
-    specs: list[EngineSpec],
-    clock: ManualClock,
-    scrape: ScrapeConfig | None = None,
-    health: HealthConfig | None = None,
-) -> tuple[MetricsClient, EngineMonitor]:
-    http = httpx.AsyncClient(transport=httpx.MockTransport(engines.handle))
-    client = MetricsClient(http, scrape or ScrapeConfig(total_s=0.2))
-    return client, EngineMonitor(
-        specs, client, clock, MonitorConfig(health=health or HealthConfig())
-    )
-
-
-def spec(name: str, role: EngineRole = EngineRole.UNIFIED) -> EngineSpec:
-    return EngineSpec(name, f"http://{name}:8000", role)
-
-
-def by_id(result: PollResult) -> dict[str, LoadSample]:
-    return {s.engine_id: s for s in result.samples}
+from workers.core.samples import EngineHealth, EngineRole
 
 
 async def test_samples_carry_configured_roles_gauges_and_deltas_between_polls() -> None:
@@ -268,23 +212,6 @@ async def test_max_model_len_is_retried_until_read_then_cached() -> None:
     assert "HTTP 503" in (first.endpoints[0].models_error or "")
     assert third.endpoints[0].models_error is None
     assert engines.requests["e", "/v1/models"] == 3
-
-
-async def test_a_restart_reads_as_zero_deltas_warns_and_rereads_max_model_len() -> None:
-    engines, clock = Engines(), ManualClock(1000.0)
-    engines.serve("e", exposition(preemptions=50, generated=9000))
-    client, monitor = build(engines, [spec("e")], clock)
-    async with client:
-        await monitor.poll()
-        clock.advance(5.0)
-        engines.serve("e", exposition(preemptions=0, generated=40))
-        result = await monitor.poll()
-        await monitor.poll()
-    sample = by_id(result)["e/0"]
-    assert sample.restarted
-    assert (sample.num_preemptions, sample.generation_tokens) == (0, 0)
-    assert [w.kind for w in result.warnings] == [WarningKind.ENGINE_RESTART]
-    assert engines.requests["e", "/v1/models"] == 2
 
 
 async def test_data_parallel_ranks_are_separate_samples_of_the_configured_role() -> None:

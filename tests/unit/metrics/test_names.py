@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inference.metrics.names import KINDS, NAMES, Series, SeriesKind, sample_names
+from inference.metrics.names import KINDS, NAMES, Series, SeriesKind, created_names, sample_names
 
 
 def test_every_series_has_a_kind_and_a_name() -> None:
@@ -29,3 +29,12 @@ def test_histograms_are_read_through_their_buckets_only() -> None:
     assert table[f"{name}_bucket"] == (Series.E2E_LATENCY, 0)
     assert f"{name}_count" not in table
     assert name not in table
+
+
+def test_counters_and_histograms_are_stamped_under_their_family_name_with_created() -> None:
+    table = created_names()
+    assert table["vllm:num_preemptions_created"] == (Series.PREEMPTIONS, 0)
+    assert table["vllm:gpu_prefix_cache_hits_created"] == (Series.PREFIX_CACHE_HITS, 1)
+    assert table["vllm:time_to_first_token_seconds_created"] == (Series.TIME_TO_FIRST_TOKEN, 0)
+    assert "vllm:kv_cache_usage_perc_created" not in table
+    assert not set(table) & set(sample_names())

@@ -142,6 +142,36 @@ def test_labelled_values_win_over_unlabelled_ones_of_the_same_series() -> None:
     assert parse_exposition(text, "e")["e/0"].num_running == 7
 
 
+def test_created_stamps_are_read_per_series_and_rank_in_either_counter_spelling() -> None:
+    """``_created`` follows the family name, with or without ``_total`` on the counter; a
+    rank's stamp is its earliest row's, so a row first used later does not move it."""
+    rank0 = exposition(
+        extra=f"vllm:generation_tokens_created{{{LABELS}}} 1700000000.5\n"
+        f"vllm:num_preemptions_created{{{LABELS}}} 1700000000.25\n"
+        f"vllm:e2e_request_latency_seconds_created{{{LABELS}}} 1700000000.75\n"
+    )
+    legacy_rank1 = exposition('engine="1",model_name="m"').replace(
+        "vllm:num_preemptions_total", "vllm:num_preemptions"
+    ) + (
+        'vllm:num_preemptions_created{engine="1",model_name="m"} 1700000900.0\n'
+        'vllm:num_preemptions_created{engine="1",model_name="lora"} 1700000950.0\n'
+    )
+    readings = parse_exposition(rank0 + legacy_rank1, "dp")
+    assert readings["dp/0"].created == {
+        Series.GENERATION_TOKENS: 1700000000.5,
+        Series.PREEMPTIONS: 1700000000.25,
+        Series.E2E_LATENCY: 1700000000.75,
+    }
+    assert readings["dp/1"].created == {Series.PREEMPTIONS: 1700000900.0}
+    assert readings["dp/1"].counters.preemptions == 2.0
+
+
+def test_a_non_finite_created_stamp_is_a_clear_error() -> None:
+    extra = f"vllm:generation_tokens_created{{{LABELS}}} NaN\n"
+    with pytest.raises(ScrapeBadFormat, match=r"vllm:generation_tokens_created.* is nan"):
+        parse_exposition(exposition(extra=extra), "e")
+
+
 def test_histogram_buckets_are_read_cumulatively_in_bound_order() -> None:
     extra = (
         "# TYPE vllm:time_to_first_token_seconds histogram\n"
@@ -228,6 +258,21 @@ def test_max_model_len_is_the_smallest_listed() -> None:
     assert parse_max_model_len(body) == 2048
 
 
+def test_lora_adapters_with_null_max_model_len_are_ignored() -> None:
+    """vLLM lists each adapter with a null length: it runs on the base model's (hand-written
+    here; the recorded body is read in test_contract)."""
+    body = json.dumps(
+        {
+            "object": "list",
+            "data": [
+                {"id": "base", "parent": None, "max_model_len": 8192},
+                {"id": "sql-lora", "parent": "base", "max_model_len": None},
+            ],
+        }
+    ).encode()
+    assert parse_max_model_len(body) == 8192
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -236,6 +281,8 @@ def test_max_model_len_is_the_smallest_listed() -> None:
         b'{"data": []}',
         b'{"data": [{"id": "m"}]}',
         b'{"data": [{"max_model_len": "4k"}]}',
+        b'{"data": [{"id": "lora", "max_model_len": null}]}',
+        b'{"data": [{"max_model_len": 8192}, {"max_model_len": 0}, {"max_model_len": null}]}',
     ],
 )
 def test_a_bad_models_list_gets_a_clear_error(body: bytes) -> None:
