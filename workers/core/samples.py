@@ -37,8 +37,9 @@ class EngineHealth(StrEnum):
 class LoadSample:
     """One engine's load as seen by one poll.
 
-    Counters are already turned into deltas since the previous poll; a counter that went
-    backwards is reported as ``restarted`` with zero deltas, never as a signal. A sample whose
+    Counters are already turned into deltas since the previous poll; an engine that restarted
+    (its counters' created stamps changed, or a counter went backwards) is reported as
+    ``restarted`` with zero deltas, never as a signal. A sample whose
     ``health`` is not ``UP`` carries the last good gauges and zero deltas: a stale engine must
     never make the pool look clear.
     """
@@ -57,7 +58,7 @@ class LoadSample:
     prefix_cache_hits: int  # prefix-cache hit tokens since the previous poll
     prefix_cache_queries: int  # prefix-cache queried tokens since the previous poll
     generation_tokens: int  # tokens generated since the previous poll
-    restarted: bool = False  # a counter went backwards since the previous poll
+    restarted: bool = False  # restarted since the previous poll (created stamps, counters)
 
     @property
     def endpoint(self) -> str:

@@ -34,7 +34,7 @@ class PollSummary:
     generation_tokens: int  # since the previous poll, fresh engines
     kv_capacity_tokens: int | None  # summed over engines in the pool that report it
     max_model_len: int | None  # the longest among engines in the pool that report it
-    restarted: frozenset[str]  # engines whose counters went backwards since the previous poll
+    restarted: frozenset[str]  # engines that restarted since the previous poll
     unready: frozenset[str]  # engines not yet up with KV capacity and max model length known
 
     @classmethod
