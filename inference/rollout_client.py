@@ -31,10 +31,8 @@ from typing import Any
 
 import httpx
 
+from workers.core.turns import Turn, TurnResult
 from workers.core.validation import check_range
-
-# vLLM's default --max-logprobs: the most top logprobs per token an engine returns.
-MAX_LOGPROBS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,61 +60,8 @@ class RolloutConfig:
         return httpx.Timeout(connect=self.connect_s, write=self.connect_s, read=None, pool=None)
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """What to ask the engine for."""
-
-    prompt: str | tuple[int, ...]  # text, or token ids sent as they are
-    max_tokens: int
-    temperature: float = 1.0
-    logprobs: int | None = None  # top logprobs per sampled token; None asks for none
-    ignore_eos: bool = False  # vLLM extension: always generate max_tokens (load tests)
-
-    def __post_init__(self) -> None:
-        if not self.prompt:
-            raise ValueError("prompt must be non-empty text or token ids")
-        if isinstance(self.prompt, tuple) and not all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.prompt
-        ):
-            raise ValueError("prompt token ids must be integers >= 0")
-        check_range("max_tokens", self.max_tokens, 1, 1 << 24)
-        if not math.isfinite(self.temperature):
-            raise ValueError(f"temperature must be finite, got {self.temperature}")
-        check_range("temperature", self.temperature, 0.0, 100.0)
-        if self.logprobs is not None:
-            check_range("logprobs", self.logprobs, 0, MAX_LOGPROBS)
-
-    def body(self, model: str) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": model,
-            "prompt": list(self.prompt) if isinstance(self.prompt, tuple) else self.prompt,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-        }
-        if self.logprobs is not None:
-            body["logprobs"] = self.logprobs
-        if self.ignore_eos:
-            body["ignore_eos"] = True
-        return body
-
-
-@dataclass(frozen=True, slots=True)
-class TurnResult:
-    """What one turn produced; ``error`` is None exactly when it succeeded."""
-
-    tokens: int  # completion tokens the engine generated, as its usage reports; 0 on error
-    text: str = ""
-    finish_reason: str | None = None  # "length", "stop", ...; None on error
-    token_logprobs: tuple[float | None, ...] | None = None  # per sampled token, when asked
-    error: str | None = None  # why the turn failed, for logs and the episode's record
-
-    def __post_init__(self) -> None:
-        if self.tokens < 0:
-            raise ValueError(f"tokens must be >= 0, got {self.tokens}")
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
+class TokenizeError(Exception):
+    """The engine could not tokenize a text; the message says why and where."""
 
 
 class RolloutClient:
@@ -135,37 +80,69 @@ class RolloutClient:
         if not model:
             raise ValueError("model must be the engine's served model name, got ''")
         self._http = http
-        self._url = f"{base_url.rstrip('/')}/v1/completions"
+        base = base_url.rstrip("/")
+        self._url = f"{base}/v1/completions"
+        self._tokenize_url = f"{base}/tokenize"  # vLLM serves it beside /v1, not under it
         self._model = model
         self._config = config or RolloutConfig()
 
     async def complete(self, turn: Turn) -> TurnResult:
         """Send one turn; engine and network failures come back as a result with ``error``."""
+        answer = await self._post(self._url, turn.body(self._model), "completion")
+        if isinstance(answer, str):
+            return self._failed(self._url, answer)
+        try:
+            return _parse(
+                answer, want_logprobs=turn.logprobs is not None, want_ids=turn.return_token_ids
+            )
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            return self._failed(
+                self._url, f"malformed completion response: {type(exc).__name__}: {exc}"
+            )
+
+    async def tokenize(self, text: str, *, add_special_tokens: bool) -> tuple[int, ...]:
+        """The engine's token ids of ``text`` (vLLM's ``/tokenize``); TokenizeError on any
+        failure. ``add_special_tokens`` adds BOS and the like: right for a prompt's start,
+        wrong for an observation appended to a context."""
+        body = {"model": self._model, "prompt": text, "add_special_tokens": add_special_tokens}
+        answer = await self._post(self._tokenize_url, body, "tokenize")
+        if isinstance(answer, str):
+            raise TokenizeError(self._error_text(self._tokenize_url, answer))
+        tokens = answer.get("tokens") if isinstance(answer, Mapping) else None
+        if not isinstance(tokens, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens
+        ):
+            raise TokenizeError(
+                self._error_text(self._tokenize_url, f"malformed tokenize response: {answer!r}")
+            )
+        return tuple(tokens)
+
+    async def _post(self, url: str, body: Mapping[str, Any], what: str) -> Any:
+        """The answer's JSON, or the text of why there is none; only cancellation raises."""
         try:
             async with asyncio.timeout(self._config.turn_s):
-                response = await self._http.post(
-                    self._url, json=turn.body(self._model), timeout=self._config.timeout
-                )
+                response = await self._http.post(url, json=body, timeout=self._config.timeout)
         except TimeoutError:
-            return self._failed(f"no answer within {self._config.turn_s:g} s; request aborted")
+            return f"no answer within {self._config.turn_s:g} s; request aborted"
         except httpx.RequestError as exc:  # timeouts, refused or reset connections, bad bodies
-            return self._failed(f"{type(exc).__name__}: {exc}")
+            return f"{type(exc).__name__}: {exc}"
         if not response.is_success:
-            return self._failed(
-                f"HTTP {response.status_code} {response.reason_phrase}: {response.text}"
-            )
+            return f"HTTP {response.status_code} {response.reason_phrase}: {response.text}"
         try:
-            return _parse(response.json(), want_logprobs=turn.logprobs is not None)
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            return self._failed(f"malformed completion response: {type(exc).__name__}: {exc}")
+            return response.json()
+        except ValueError as exc:
+            return f"malformed {what} response, not JSON: {exc}"
 
-    def _failed(self, error: str) -> TurnResult:
+    def _failed(self, url: str, error: str) -> TurnResult:
+        return TurnResult(tokens=0, error=self._error_text(url, error))
+
+    def _error_text(self, url: str, error: str) -> str:
         limit = self._config.max_error_chars
         text = error if len(error) <= limit else f"{error[:limit]}... [{len(error)} chars]"
-        return TurnResult(tokens=0, error=f"{self._url}: {text}")
+        return f"{url}: {text}"
 
 
-def _parse(data: Mapping[str, Any], *, want_logprobs: bool) -> TurnResult:
+def _parse(data: Mapping[str, Any], *, want_logprobs: bool, want_ids: bool) -> TurnResult:
     """The first choice and the usage of an OpenAI completion body."""
     choice = data["choices"][0]
     text = choice["text"]
@@ -180,4 +157,13 @@ def _parse(data: Mapping[str, Any], *, want_logprobs: bool) -> TurnResult:
             None if value is None else float(value)
             for value in choice["logprobs"]["token_logprobs"]
         )
-    return TurnResult(tokens, text, choice.get("finish_reason"), logprobs)
+    token_ids = None
+    if want_ids:
+        ids = choice.get("token_ids")
+        if not isinstance(ids, list) or len(ids) != tokens:
+            raise ValueError(
+                f"choices[0].token_ids is {ids!r:.80}, not a list of {tokens} ids "
+                "(the engine must be vLLM >= 0.10.2, which answers return_token_ids)"
+            )
+        token_ids = tuple(int(t) for t in ids)
+    return TurnResult(tokens, text, choice.get("finish_reason"), logprobs, token_ids)

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from inference.rollout_client import RolloutClient, RolloutConfig, Turn, TurnResult
+from inference.rollout_client import RolloutClient, RolloutConfig
 from tests.local_server import LocalServer
+from workers.core.turns import Turn, TurnResult
 
 URL = "http://engine:8000"
 

@@ -38,7 +38,7 @@ from inference.metrics.endpoints import EngineSpec
 from inference.metrics.health import HealthConfig
 from inference.metrics.monitor import EngineMonitor, MonitorConfig
 from inference.record_metrics import sample_value
-from inference.rollout_client import RolloutClient, Turn, TurnResult
+from inference.rollout_client import RolloutClient
 from tests.vllm.conftest import SERVED_MODEL, Engine, running_engine
 from workers.core.clock import MonotonicClock
 from workers.core.control_loop import ControlLoop, EpisodeFailed, LoopConfig
@@ -54,6 +54,7 @@ from workers.core.dispatch.pacing import PacingConfig
 from workers.core.dispatch.permits import EpisodeKind, PermitOutcome
 from workers.core.dispatch.records import DispatcherConfig
 from workers.core.samples import LoadSample
+from workers.core.turns import Turn, TurnResult
 
 pytestmark = pytest.mark.vllm
 

@@ -35,7 +35,7 @@ from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
 from workers.core.clock import Clock
-from workers.core.controller.records import EpisodeCompletion
+from workers.core.controller.records import ControllerStats, EpisodeCompletion
 from workers.core.decisions import Decision
 from workers.core.dispatch.dispatcher import Dispatcher, OnFinished, RunEpisode
 from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, P
@@ -47,6 +47,9 @@ from workers.core.validation import check_range
 logger = logging.getLogger(__name__)
 
 Poll = Callable[[], Awaitable[Sequence[LoadSample]]]
+# Called after every controller input the loop applied, with its decisions (often none): the
+# cap may have moved even so, as growth is recorded at most once per poll.
+OnDecisions = Callable[[tuple[Decision, ...]], None]
 
 
 class EpisodeResult(Protocol):
@@ -89,6 +92,8 @@ class Steering(Protocol):
         self, completion: EpisodeCompletion, *, now: float
     ) -> tuple[Decision, ...]: ...
 
+    def make_stats(self, now: float) -> ControllerStats: ...
+
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
@@ -122,12 +127,14 @@ class ControlLoop(Generic[P, R]):
         config: LoopConfig | None = None,
         dispatcher_config: DispatcherConfig | None = None,
         on_finished: OnFinished[P, R] | None = None,
+        on_decisions: OnDecisions | None = None,
     ) -> None:
         self.config = config or LoopConfig()
         self._controller = controller
         self._poll = poll
         self._clock = clock
         self._on_finished = on_finished
+        self._on_decisions = on_decisions
         self._log: deque[Decision] = deque(maxlen=self.config.decision_log_size)
         self._engines = tuple(engines)
         self._down: frozenset[str] = frozenset()
@@ -244,6 +251,15 @@ class ControlLoop(Generic[P, R]):
             return
         self._apply(self._controller.on_completion(completion, now=self._clock.now()))
 
+    @property
+    def controller(self) -> Steering:
+        return self._controller
+
+    def command(self, decision: Decision) -> None:
+        """Apply the decision of an operator command the caller gave the controller (``pin``,
+        ``set``, ``release``), as the loop applies its own."""
+        self._apply((decision,))
+
     def _apply(self, decisions: tuple[Decision, ...]) -> None:
         self._log.extend(decisions)
         for decision in decisions:
@@ -252,6 +268,8 @@ class ControlLoop(Generic[P, R]):
         shed = sum(decision.shed for decision in decisions)
         if shed:
             self.dispatcher.shed(shed)
+        if self._on_decisions is not None:
+            self._on_decisions(decisions)
 
 
 def _failing_on_error(run_episode: RunEpisode[P, R]) -> RunEpisode[P, R]:

@@ -53,6 +53,7 @@ class Cause(StrEnum):
     OPERATOR = "operator"  # an operator command
     REQUESTS_OVER_PERMITS = "requests over permits"  # engines hold requests no episode owns
     PIN_EXPIRED = "pin expired"  # an operator pin reached its time limit
+    EVAL = "eval"  # an evaluation wave joined the pool
 
 
 class DecisionKind(StrEnum):
@@ -71,11 +72,13 @@ class DecisionKind(StrEnum):
     STALE_FREEZE = "stale-freeze"  # metrics missing or too old: the cap is held
     STALE_THAW = "stale-thaw"  # metrics fresh again: adaptation resumes
     RECONCILE = "reconcile"  # engine requests and permits disagree: the cap holds, an alert
+    EVAL_WAVE = "eval-wave"  # the orchestrator started an evaluation wave in the shared pool
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """One controller decision and the figures that justified it.
+    """One controller decision and the figures that justified it (the orchestrator adds one
+    kind of its own: an evaluation wave joining the pool, since it shares the cap).
 
     While an operator pin holds the cap (or an observe-only run keeps it fixed), ``cap_*`` is
     the cap in force and ``shadow_*`` is what the policy computes meanwhile; otherwise the

@@ -57,6 +57,33 @@ def test_a_closed_group_is_skipped_and_forgotten_once_its_episodes_end() -> None
     assert (len(queue), queue.next()) == (0, None)
 
 
+def test_new_eval_groups_are_served_before_new_train_groups() -> None:
+    queue = GroupQueue()
+    queue.add(spec("t0", size=2))
+    queue.add(spec("t1"))
+    start(queue, 1, at=0.0)  # t0 is started
+    queue.add(spec("e0", kind=EpisodeKind.EVAL))
+    assert next_id(queue) == "t0"  # a started group still comes first
+    start(queue, 1, at=1.0)
+    assert next_id(queue) == "e0"
+    start(queue, 2, at=2.0)
+    assert next_id(queue) == "t1"
+
+
+def test_pending_episodes_count_what_is_queued_through_admissions_and_closes() -> None:
+    queue = GroupQueue()
+    for name in ("a", "b", "c"):
+        queue.add(spec(name, size=4))
+    start(queue, 3, at=0.0)
+    a, b, _ = queue.groups()
+    assert queue.pending_episodes == 9
+    queue.close(a)  # its fourth episode is never admitted
+    queue.close(b)
+    queue.close(b)  # closing twice takes nothing more
+    assert queue.pending_episodes == 4
+    assert queue.pending_episodes == sum(g.remaining for g in queue.groups())
+
+
 def test_victims_are_open_train_groups_with_live_episodes_youngest_first() -> None:
     queue = GroupQueue()
     queue.add(spec("old", size=1))

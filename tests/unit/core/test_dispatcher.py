@@ -223,8 +223,9 @@ async def test_groups_older_than_max_off_policy_steps_are_dropped(make: MakeHarn
     await h.settle()
     assert sorted(h.engines.aborted) == [("v0", i) for i in range(4)]
     assert {f.cancel_reason for f in h.finished} == {CancelReason.OFF_POLICY}
-    await h.advance(5.0)  # the drop refunded no admission: the next window takes v1
-    assert h.engines.live("v1") == [0, 1, 2, 3]
+    await h.advance(5.0)  # the drop refunded no admission: the next window takes eval0...
+    assert h.engines.live("eval0") == [0, 1, 2, 3]  # ...new eval groups before new train ones
+    assert h.engines.live("v1") == []
     assert h.submit("late", 4, version=0) is False
 
 

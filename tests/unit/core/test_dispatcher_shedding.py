@@ -15,6 +15,7 @@ from tests.unit.core.dispatch_harness import (
     MakeHarness,
     started,
 )
+from workers.core.dispatch.episodes import CancelReason
 from workers.core.dispatch.permits import PermitOutcome
 
 # -- shedding --------------------------------------------------------------------------------
@@ -85,6 +86,24 @@ async def test_eval_groups_are_never_shed(make: MakeHarness) -> None:
         4,
         [0, 1, 2, 3],
     )
+
+
+async def test_dropping_a_group_cancels_its_live_episodes_and_admits_no_more(
+    make: MakeHarness,
+) -> None:
+    h = make(cap=3)
+    h.submit("g0", 5)
+    await h.settle()
+    h.engines.fail("g0", 0)
+    await h.settle()
+    assert (h.inflight, h.dispatcher.pending) == (3, 1)  # the failed one's slot was refilled
+    assert h.dispatcher.drop("g0") == 3  # the live ones; the last was never admitted
+    await h.settle()
+    assert (h.inflight, h.dispatcher.pending) == (0, 0)
+    assert sorted(h.engines.aborted) == [("g0", 1), ("g0", 2), ("g0", 3)]
+    assert [f.cancel_reason for f in h.finished[1:]] == [CancelReason.DROPPED] * 3
+    assert h.dispatcher.drop("g0") == 0  # gone: no error
+    assert h.dispatcher.drop("never-seen") == 0
 
 
 async def test_an_episode_cancelled_before_its_first_step_still_returns_its_permit(

@@ -74,6 +74,11 @@ class Dispatcher(Generic[P, R]):
     def cap(self) -> int:
         return self._cap
 
+    @property
+    def pending(self) -> int:
+        """Episodes submitted and not yet admitted."""
+        return self._queue.pending_episodes
+
     # -- inputs from the runtime -----------------------------------------------------------
 
     def submit(self, spec: GroupSpec[P]) -> bool:
@@ -118,6 +123,12 @@ class Dispatcher(Generic[P, R]):
             cancelled += self._close(group, CancelReason.SHED)
             groups.append(group.spec.group_id)
         return ShedReport(tuple(groups), cancelled)
+
+    def drop(self, group_id: str) -> int:
+        """Cancel what is left of a group whose result is lost already (a member failed);
+        how many live episodes were cancelled. An unknown or ended group is no error."""
+        group = self._queue.get(group_id)
+        return 0 if group is None or group.closed else self._close(group, CancelReason.DROPPED)
 
     def advance_policy(self, version: int) -> tuple[str, ...]:
         """A new policy version: drop train groups more than max_off_policy_steps behind it.

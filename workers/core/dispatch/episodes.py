@@ -22,6 +22,7 @@ class CancelReason(StrEnum):
 
     SHED = "shed"  # the controller asked to shed load
     OFF_POLICY = "off-policy"  # its group fell more than max_off_policy_steps behind
+    DROPPED = "dropped"  # its group lost a member: the rest of it would be wasted work
     CLOSED = "closed"  # the dispatcher shut down
 
 

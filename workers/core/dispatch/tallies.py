@@ -24,6 +24,7 @@ class Tally:
     failed: int = 0
     shed: int = 0  # cancelled to shed load
     off_policy: int = 0  # cancelled as too far behind the policy
+    dropped: int = 0  # cancelled with a group that lost a member
     closed: int = 0  # cancelled at shutdown
 
 
@@ -32,7 +33,8 @@ _COLUMNS: dict[PermitOutcome | CancelReason, int] = {
     PermitOutcome.FAILED: 2,
     CancelReason.SHED: 3,
     CancelReason.OFF_POLICY: 4,
-    CancelReason.CLOSED: 5,
+    CancelReason.DROPPED: 5,
+    CancelReason.CLOSED: 6,
 }
 
 
@@ -68,5 +70,5 @@ class Tallies:
         key = (kind, env, engine_id)
         row = self._rows.get(key)
         if row is None:
-            row = self._rows[key] = [0, 0, 0, 0, 0, 0]
+            row = self._rows[key] = [0] * 7
         return row

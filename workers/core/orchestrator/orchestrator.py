@@ -1,0 +1,415 @@
+"""The orchestrator: keeps the dispatcher fed with groups from the environments, turns
+finished groups into training batches, one step at a time, and runs evaluation waves in the
+same pool of permits.
+
+It drives the control loop that already sizes the cap: the loop polls the engines and feeds
+the controller; the orchestrator submits groups (``group_size`` rollouts of one task, routed
+together), scores whole groups (group-normalised advantages), writes a step once
+``batch_size`` episodes are ready, and moves the policy version on: at once when no trainer
+is attached (``trainer.mode = "none"``), or when the trainer acknowledges the step
+(``external``, within ``ack_timeout_s``). Generation runs ahead of the trainer by at most two
+batches; the dispatcher drops groups that fall more than ``max_off_policy_steps`` versions
+behind.
+
+Everything it touches is injected: the controller and the engine poll (through the control
+loop), one engine client per engine, the clock, the batch writer, the trainer's
+acknowledgements and the reporter. So the same run goes in a Celery task, in a test and in
+virtual time.
+
+    orchestrator = Orchestrator(config, controller=ctl, poll=monitor_poll, engines=clients,
+                                clock=MonotonicClock(), writer=writer)
+    result = await orchestrator.run()   # until max_steps, stop(), or a failure
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from workers.core.clock import Clock
+from workers.core.config.run import EnvSettings, RunConfig
+from workers.core.control_loop import ControlLoop, Poll, Steering
+from workers.core.decisions import Decision
+from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
+from workers.core.dispatch.permits import EpisodeKind, PermitOutcome
+from workers.core.environments.base import EngineClient, Episode, Session
+from workers.core.orchestrator.batches import Batch, StepReport, mean_and_std
+from workers.core.orchestrator.groups import EpisodeSpec, GroupBook, OpenGroup, Wave
+from workers.core.orchestrator.ports import (
+    Acknowledgements,
+    BatchWriter,
+    QuietReporter,
+    RunReporter,
+)
+from workers.core.orchestrator.waves import derive_seed, wave_decision, wave_groups, wave_report
+
+logger = logging.getLogger(__name__)
+
+BATCHES_AHEAD = 2  # ready episodes beyond this many batches stop new groups: bounded memory
+
+
+class RunOutcome(StrEnum):
+    COMPLETED = "completed"  # every step was written (and acknowledged, with a trainer)
+    STOPPED = "stopped"  # stop() was called; only whole steps were written
+    FAILED = "failed"  # the run cannot go on; the reason says why
+
+
+@dataclass(frozen=True, slots=True)
+class StartPoint:
+    """Where a run begins: from scratch, or where a stored run left off."""
+
+    step: int = 0  # the last step written
+    policy_version: int = 0
+    waves: int = 0  # evaluation waves already run
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    outcome: RunOutcome
+    reason: str
+    step: int  # the last step written
+    policy_version: int
+
+
+class RunFailed(Exception):
+    """The run cannot go on; the message is the reason shown to operators."""
+
+
+@dataclass(slots=True)
+class _StepTally:
+    """What happened to episodes since the last step was written."""
+
+    started_at: float
+    generated_tokens: int = 0
+    finished_train: int = 0
+    finished_eval: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    dropped_groups: int = 0
+    last_error: str | None = None
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        controller: Steering,
+        poll: Poll,
+        engines: Mapping[str, EngineClient],
+        clock: Clock,
+        writer: BatchWriter,
+        acks: Acknowledgements | None = None,
+        reporter: RunReporter | None = None,
+        max_model_len: Callable[[str], int | None] = lambda engine: None,
+        start: StartPoint | None = None,
+    ) -> None:
+        if config.trainer.mode == "external" and acks is None:
+            raise ValueError("trainer mode 'external' needs a source of acknowledgements")
+        start = start or StartPoint()
+        self.config = config
+        self._clock = clock
+        self._writer = writer
+        self._acks = acks
+        self._reporter = reporter or QuietReporter()
+        self._engines = dict(engines)
+        self._max_model_len = max_model_len
+        self._envs = _labelled(config.envs)
+        self._train = [
+            (label, env) for label, env in self._envs.items() if env.kind is EpisodeKind.TRAIN
+        ]
+        self._loop: ControlLoop[EpisodeSpec, Episode] = ControlLoop(
+            controller=controller,
+            poll=poll,
+            run_episode=self._run_episode,
+            clock=clock,
+            engines=list(self._engines),
+            config=config.concurrency.loop,
+            dispatcher_config=config.dispatcher,
+            on_finished=self._finished,
+            on_decisions=self._decided,
+        )
+        self._book = GroupBook()
+        self._step = start.step
+        self._version = start.policy_version
+        self._waves = start.waves
+        self._groups = 0
+        self._prefix = f"s{start.step}-"  # group ids stay unique across resumed runs
+        self._accepting = False
+        self._stop_reason: str | None = None
+        self._changed = asyncio.Event()
+        self._tally = _StepTally(clock.now())
+
+    @property
+    def loop(self) -> ControlLoop[EpisodeSpec, Episode]:
+        """The control loop, for operator commands and its decisions."""
+        return self._loop
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def stop(self, reason: str = "stopped") -> None:
+        """End the run after the step being written, if one is; nothing half written."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self._changed.set()
+
+    async def run(self) -> RunResult:
+        """Until ``max_steps`` steps are written, ``stop()``, or a failure; every episode in
+        flight is cancelled on the way out (their engine requests aborted)."""
+        written = self._writer.written_steps()
+        self._step = max(self._step, max(written, default=0))
+        self._tally = _StepTally(self._clock.now())
+        try:
+            async with self._loop:
+                self._accepting = True
+                self._top_up()
+                outcome, reason = await self._steps()
+                self._accepting = False
+        except RunFailed as failed:
+            self._accepting = False
+            return RunResult(RunOutcome.FAILED, str(failed), self._step, self._version)
+        return RunResult(outcome, reason, self._step, self._version)
+
+    # -- steps -----------------------------------------------------------------------------
+
+    async def _steps(self) -> tuple[RunOutcome, str]:
+        config = self.config
+        while self._step < config.max_steps:
+            if not await self._until(lambda: self._book.ready_episodes >= config.batch_size):
+                return RunOutcome.STOPPED, self._stop_reason or "stopped"
+            await self._write_step(self._step + 1)
+            if config.trainer.mode == "external":
+                version = await self._acknowledged(self._step)
+                if version is None:
+                    return RunOutcome.STOPPED, self._stop_reason or "stopped"
+            else:
+                version = self._step
+            self._advance(version)
+            if config.eval_every and self._step % config.eval_every == 0:
+                self._start_wave()
+            self._top_up()
+        await self._finish_waves()
+        return RunOutcome.COMPLETED, f"{self._step} steps written"
+
+    async def _write_step(self, step: int) -> None:
+        samples = self._book.take(self.config.batch_size)
+        batch = Batch(step, self._version, tuple(samples))
+        path = await asyncio.to_thread(self._writer.write, batch)
+        now = self._clock.now()
+        tally, self._tally = self._tally, _StepTally(now)
+        rewards = [sample.episode.reward for sample in samples]
+        reward_mean, reward_std = mean_and_std(rewards)
+        self._step = step
+        report = StepReport(
+            step=step,
+            started_at=tally.started_at,
+            written_at=now,
+            policy_version=self._version,
+            episodes=len(samples),
+            tokens=sum(sample.episode.tokens for sample in samples),
+            reward_mean=reward_mean,
+            reward_std=reward_std,
+            generated_tokens=tally.generated_tokens,
+            finished_train=tally.finished_train,
+            finished_eval=tally.finished_eval,
+            failed=tally.failed,
+            cancelled=tally.cancelled,
+            dropped_groups=tally.dropped_groups,
+            cap=self._loop.dispatcher.cap,
+            inflight=self._loop.dispatcher.inflight,
+            path=path,
+        )
+        if tally.failed:
+            logger.warning(
+                "step %d: %d episodes failed; the last: %s", step, tally.failed, tally.last_error
+            )
+        self._reporter.step(report)
+
+    async def _acknowledged(self, step: int) -> int | None:
+        """The version the trainer reports for ``step``; None when stopped while waiting."""
+        assert self._acks is not None
+        timeout = self.config.trainer.ack_timeout_s
+        ack = asyncio.ensure_future(self._acks.wait(step))
+        try:
+            done = await self._first(ack, timeout)
+        finally:
+            ack.cancel()
+        if not done:
+            if self._stop_reason is not None:
+                return None
+            raise RunFailed(f"the trainer did not acknowledge step {step} within {timeout:g} s")
+        version = ack.result()
+        if version < self._version:
+            raise RunFailed(
+                f"the trainer acknowledged step {step} with policy version {version}, "
+                f"behind the current {self._version}"
+            )
+        return version
+
+    async def _first(self, ack: asyncio.Future[int], timeout: float) -> bool:
+        """Whether ``ack`` finished before ``timeout`` seconds on the run's clock and before a
+        stop; its exception, if it raised, is raised here."""
+        stopped = asyncio.ensure_future(self._changed_until_stop())
+        expiry = asyncio.ensure_future(self._clock.sleep(timeout))
+        try:
+            await asyncio.wait({ack, stopped, expiry}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            expiry.cancel()
+        if ack.done():
+            ack.result()
+            return True
+        return False
+
+    async def _changed_until_stop(self) -> None:
+        while self._stop_reason is None:
+            self._changed.clear()
+            await self._changed.wait()
+
+    def _advance(self, version: int) -> None:
+        self._version = version
+        dropped = self._loop.dispatcher.advance_policy(version)
+        self._book.forget(dropped)
+        self._tally.dropped_groups += len(dropped)
+
+    async def _until(self, condition: Callable[[], bool]) -> bool:
+        """Wait until ``condition`` holds; False when stopped first."""
+        while not condition():
+            if self._stop_reason is not None:
+                return False
+            self._changed.clear()
+            await self._changed.wait()
+        return self._stop_reason is None
+
+    # -- feeding the dispatcher ------------------------------------------------------------
+
+    def _top_up(self) -> None:
+        """Queue train groups until the dispatcher could fill its free room and one group
+        more, unless enough finished episodes wait for the trainer already."""
+        if not self._accepting or self._stop_reason is not None:
+            return
+        if self._book.ready_episodes >= BATCHES_AHEAD * self.config.batch_size:
+            return
+        dispatcher = self._loop.dispatcher
+        wanted = dispatcher.cap - dispatcher.inflight + self.config.group_size
+        while dispatcher.pending < wanted:
+            self._submit_train_group()
+
+    def _submit_train_group(self) -> None:
+        self._groups += 1
+        group_id = f"{self._prefix}{self._groups}"
+        label = self._pick_env(group_id)
+        task_seed = derive_seed(self.config.seed, "task", group_id)
+        payloads = tuple(
+            EpisodeSpec(label, task_seed, derive_seed(self.config.seed, "rollout", group_id, index))
+            for index in range(self.config.group_size)
+        )
+        self._book.open(
+            OpenGroup(group_id, EpisodeKind.TRAIN, label, self._version, self.config.group_size)
+        )
+        spec = GroupSpec(group_id, EpisodeKind.TRAIN, label, self._version, payloads)
+        self._loop.dispatcher.submit(spec)
+
+    def _pick_env(self, group_id: str) -> str:
+        """A train environment's label, drawn by weight, the same for a group id every time."""
+        if len(self._train) == 1:
+            return self._train[0][0]
+        total = sum(env.weight for _, env in self._train)
+        point = (derive_seed(self.config.seed, "env", group_id) % 1_000_000) / 1_000_000 * total
+        for label, env in self._train:
+            point -= env.weight
+            if point < 0:
+                return label
+        return self._train[-1][0]
+
+    def _start_wave(self) -> None:
+        self._waves += 1
+        now = self._clock.now()
+        wave = Wave(self._waves, self._step, self._version, now, expected=0)
+        self._book.waves[wave.number] = wave
+        for book, spec in wave_groups(self._envs, wave, prefix=self._prefix, seed=self.config.seed):
+            self._book.open(book)
+            self._loop.dispatcher.submit(spec)
+            wave.expected += 1
+        dispatcher = self._loop.dispatcher
+        signal = self._loop.controller.make_stats(now).signal
+        self._loop.command(
+            wave_decision(
+                wave, cap=dispatcher.cap, inflight=dispatcher.inflight, signal=signal, now=now
+            )
+        )
+
+    async def _finish_waves(self) -> None:
+        """After the last step: training is done, so its episodes are cancelled, and the run
+        ends once its last evaluation waves have, so the final policy is measured too."""
+        if not self._book.waves:
+            return
+        self._accepting = False
+        for group_id in self._book.open_train():
+            self._loop.dispatcher.drop(group_id)
+        await self._until(lambda: not self._book.waves)
+
+    # -- episodes --------------------------------------------------------------------------
+
+    async def _run_episode(self, ticket: EpisodeTicket[EpisodeSpec], engine_id: str) -> Episode:
+        spec = ticket.payload
+        env = self._envs[spec.env]
+        session = Session(
+            self._engines[engine_id],
+            env.sampling,
+            seed=spec.seed,
+            clock=self._clock,
+            max_model_len=self._max_model_len(engine_id),
+        )
+        return await env.environment.run(session, spec.task_seed)
+
+    def _finished(self, finished: FinishedEpisode[EpisodeSpec, Episode]) -> None:
+        tally = self._tally
+        kind = finished.ticket.kind
+        if finished.outcome is PermitOutcome.COMPLETED and finished.result is not None:
+            tally.generated_tokens += finished.result.tokens
+            if kind is EpisodeKind.TRAIN:
+                tally.finished_train += 1
+            else:
+                tally.finished_eval += 1
+        elif finished.outcome is PermitOutcome.FAILED:
+            tally.failed += 1
+            tally.last_error = f"{type(finished.error).__name__}: {finished.error}"
+        else:
+            tally.cancelled += 1
+        ended = self._book.ended(finished)
+        if ended.broken_group is not None:
+            tally.dropped_groups += 1
+            self._loop.dispatcher.drop(ended.broken_group)
+        if ended.completed_group:
+            self._changed.set()
+        if ended.wave is not None:
+            self._reporter.eval(wave_report(ended.wave, now=self._clock.now()))
+            self._changed.set()
+        self._top_up()
+
+    def _decided(self, decisions: tuple[Decision, ...]) -> None:
+        if decisions:
+            self._reporter.decisions(decisions)
+        self._top_up()
+
+
+def _labelled(envs: tuple[EnvSettings, ...]) -> dict[str, EnvSettings]:
+    """Each environment under its name, or ``name#n`` when several share a name."""
+    labels: dict[str, EnvSettings] = {}
+    for env in envs:
+        label, n = env.name, 1
+        while label in labels:
+            n += 1
+            label = f"{env.name}#{n}"
+        labels[label] = env
+    return labels

@@ -1,0 +1,47 @@
+"""The orchestrator's I/O, injected: where batches are written, where the trainer's
+acknowledgements come from, and who hears about decisions, steps and evaluation waves."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from workers.core.decisions import Decision
+from workers.core.orchestrator.batches import Batch, EvalReport, StepReport
+
+
+class BatchWriter(Protocol):
+    def written_steps(self) -> set[int]:
+        """Steps already on disk: a resumed run never writes them again."""
+        ...
+
+    def write(self, batch: Batch) -> str:
+        """Write the batch whole or not at all; the path written. Called off the event loop."""
+        ...
+
+
+class Acknowledgements(Protocol):
+    async def wait(self, step: int) -> int:
+        """Until the trainer acknowledges ``step``; the policy version it reports then. The
+        orchestrator bounds the wait with the config's ``ack_timeout_s``."""
+        ...
+
+
+class RunReporter(Protocol):
+    def decisions(self, decisions: tuple[Decision, ...]) -> None: ...
+
+    def step(self, report: StepReport) -> None: ...
+
+    def eval(self, report: EvalReport) -> None: ...
+
+
+class QuietReporter:
+    """Hears everything, says nothing: for runs whose caller reads the results itself."""
+
+    def decisions(self, decisions: tuple[Decision, ...]) -> None:
+        return None
+
+    def step(self, report: StepReport) -> None:
+        return None
+
+    def eval(self, report: EvalReport) -> None:
+        return None
