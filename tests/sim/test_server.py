@@ -84,8 +84,10 @@ async def test_bad_requests_get_openai_errors(sim_server: SimHttpServer) -> None
     api = client(sim_server)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         await api.completions.create(model="other", prompt="x")
-    with pytest.raises(openai.BadRequestError, match="maximum context length is 2048"):
+    with pytest.raises(openai.BadRequestError, match="cannot be greater than max_model_len=2048"):
         await api.completions.create(model="sim-test", prompt="x", max_tokens=5000)
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 2048"):
+        await api.completions.create(model="sim-test", prompt=[7] * 2048, max_tokens=1)
     async with httpx.AsyncClient() as raw:
         response = await raw.post(f"{sim_server.url}/v1/completions", content=b"{not json")
         assert (
@@ -94,6 +96,26 @@ async def test_bad_requests_get_openai_errors(sim_server: SimHttpServer) -> None
         assert (await raw.get(f"{sim_server.url}/v1/completions")).status_code == 405
         assert (await raw.get(f"{sim_server.url}/nowhere")).status_code == 404
     assert not sim_server.engine.has_unfinished_requests()
+
+
+async def test_max_tokens_past_the_room_left_is_clamped_as_vllm_does(
+    sim_server: SimHttpServer,
+) -> None:
+    # A turn 40 tokens short of max_model_len (2048) asking for 100: vLLM serves 40, "length".
+    api = client(sim_server)
+    completion = await api.completions.create(
+        model="sim-test", prompt=[7] * 2008, max_tokens=100, seed=1
+    )
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 40
+    history = "word " * 1600  # about 2,000 tokens of earlier turns
+    chat = await api.chat.completions.create(
+        model="sim-test",
+        messages=[{"role": "user", "content": history}],
+        max_completion_tokens=2000,
+    )
+    assert chat.choices[0].finish_reason == "length"
+    assert chat.usage.prompt_tokens + chat.usage.completion_tokens == 2048
 
 
 @pytest.mark.parametrize(
