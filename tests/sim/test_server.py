@@ -118,6 +118,28 @@ async def test_max_tokens_past_the_room_left_is_clamped_as_vllm_does(
     assert chat.usage.prompt_tokens + chat.usage.completion_tokens == 2048
 
 
+async def test_a_chat_re_sent_with_its_answer_hits_the_prefix_cache_on_the_answer(
+    sim_server: SimHttpServer,
+) -> None:
+    # The same conversation over /v1/completions hits every full block of prompt and answer
+    # (the last sampled token has no KV); the chat template must give the same ids.
+    api = client(sim_server)
+    messages = [{"role": "user", "content": "Tell me a long story, please. " * 60}]
+    first = await api.chat.completions.create(
+        model="sim-test", messages=messages, max_tokens=400, seed=2
+    )
+    held = first.usage.prompt_tokens + first.usage.completion_tokens - 1
+    counters = sim_server.engine.counters
+    hits_before = counters.prefix_cache_hits
+    answer = {"role": "assistant", "content": first.choices[0].message.content}
+    await api.chat.completions.create(
+        model="sim-test",
+        messages=[*messages, answer, {"role": "user", "content": "And then?"}],
+        max_tokens=1,
+    )
+    assert counters.prefix_cache_hits - hits_before == held // 16 * 16
+
+
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [
