@@ -5,6 +5,9 @@ request bodies, whole responses, streamed responses (server-sent events) and, ab
 know at once when a client goes away, because vLLM aborts a request whose client disconnected
 and frees its KV. While a handler runs, a watcher task keeps reading the socket; end of file
 sets the request's ``disconnected`` event. Everything else (routing, JSON) is the caller's.
+
+Where clients can tell, it behaves as uvicorn (vLLM's server) does: a connection idle for
+``KEEP_ALIVE_TIMEOUT_S`` between requests is closed, and the listen backlog is uvicorn's.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import h11
 
 READ_SIZE = 65_536  # bytes per socket read
 MAX_BODY_BYTES = 64 * 1024 * 1024  # refuse larger bodies (413) rather than buffer them
+KEEP_ALIVE_TIMEOUT_S = 5.0  # vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, its uvicorn's keep-alive
+LISTEN_BACKLOG = 2048  # uvicorn's default backlog, which vLLM's API server keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +55,16 @@ Handler = Callable[[HttpRequest], Awaitable[Response | StreamingResponse]]
 
 
 async def serve_connection(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    handler: Handler,
+    keep_alive_s: float = KEEP_ALIVE_TIMEOUT_S,
 ) -> None:
-    """Serves requests on one connection until either side closes it."""
+    """Serves requests on one connection until either side closes it or it idles too long."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_BODY_BYTES)
     try:
         while True:
-            request = await _read_request(conn, reader)
+            request = await _read_request(conn, reader, keep_alive_s)
             if request is None:
                 return
             if isinstance(request, Response):
@@ -75,9 +83,14 @@ async def serve_connection(
 
 
 async def _read_request(
-    conn: h11.Connection, reader: asyncio.StreamReader
+    conn: h11.Connection, reader: asyncio.StreamReader, keep_alive_s: float
 ) -> HttpRequest | Response | None:
-    """The next request, a 4xx to send and close with, or None if the client left."""
+    """The next request, a 4xx to send and close with, or None if the client left or idled.
+
+    The connection is idle while no byte of a request has come: as uvicorn's keep-alive
+    timer, waiting longer than ``keep_alive_s`` for one closes it (from the connection's start,
+    too: a client that connects and sends nothing holds no socket forever).
+    """
     head: h11.Request | None = None
     body = bytearray()
     while True:
@@ -86,7 +99,13 @@ async def _read_request(
         except h11.RemoteProtocolError as exc:
             return Response(exc.error_status_hint, f"bad request: {exc}".encode(), "text/plain")
         if event is h11.NEED_DATA:
-            data = await reader.read(READ_SIZE)
+            if head is None and not conn.trailing_data[0]:
+                try:
+                    data = await asyncio.wait_for(reader.read(READ_SIZE), keep_alive_s)
+                except TimeoutError:
+                    return None
+            else:
+                data = await reader.read(READ_SIZE)
             conn.receive_data(data)
             if not data and head is None:
                 return None
@@ -193,12 +212,25 @@ async def _send_stream(
             await aclose()
 
 
-async def start_server(handler: Handler, host: str, port: int) -> asyncio.Server:
-    """Listens on host:port (port 0 picks a free one) and serves every connection."""
+async def start_server(
+    handler: Handler,
+    host: str,
+    port: int,
+    keep_alive_s: float = KEEP_ALIVE_TIMEOUT_S,
+    backlog: int = LISTEN_BACKLOG,
+) -> asyncio.Server:
+    """Listens on host:port (port 0 picks a free one) and serves every connection.
+
+    ``keep_alive_s`` closes connections idle that long; ``backlog`` is the kernel's queue of
+    connections not yet accepted (capped by net.core.somaxconn), which a burst of connects
+    overflows into one-second SYN retries.
+    """
+    if keep_alive_s <= 0:
+        raise ValueError(f"keep_alive_s must be > 0, got {keep_alive_s}")
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # Shutdown cancels open connections; that ends them, it is not an error to report.
         with contextlib.suppress(asyncio.CancelledError):
-            await serve_connection(reader, writer, handler)
+            await serve_connection(reader, writer, handler, keep_alive_s)
 
-    return await asyncio.start_server(on_connect, host, port)
+    return await asyncio.start_server(on_connect, host, port, backlog=backlog)
