@@ -105,11 +105,11 @@ async def test_the_handler_learns_when_its_client_goes_away() -> None:
     assert seen.is_set()
 
 
-async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+async def read_response(reader: asyncio.StreamReader, has_body: bool = True) -> tuple[bytes, bytes]:
     """One response off a raw connection: its head, and the body its Content-Length gives."""
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5.0)
     length = re.search(rb"(?im)^content-length: *(\d+)", head)
-    if length is None:
+    if not has_body or length is None:
         return head, b""
     return head, await asyncio.wait_for(reader.readexactly(int(length[1])), timeout=5.0)
 
@@ -183,3 +183,40 @@ async def test_a_burst_of_connects_fits_in_the_listen_backlog() -> None:
         sock.close()
     server.close()
     assert connected == len(burst)
+
+
+async def test_expect_100_continue_is_answered_before_the_body_is_sent() -> None:
+    server = await start_server(echo, "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    writer.write(
+        b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\nexpect: 100-continue\r\n\r\n"
+    )
+    interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=2.0)
+    writer.write(b"hello")
+    head, body = await read_response(reader)
+    # A body too large is refused at once, before the client sends it.
+    writer.write(
+        b"POST /big HTTP/1.1\r\nhost: x\r\ncontent-length: 999999999999\r\n"
+        b"expect: 100-continue\r\n\r\n"
+    )
+    refused, message = await read_response(reader)
+    writer.close()
+    server.close()
+    assert interim.startswith(b"HTTP/1.1 100 ")
+    assert head.startswith(b"HTTP/1.1 200") and body == b"POST /uploadhello"
+    assert refused.startswith(b"HTTP/1.1 413") and message == b"request body too large"
+
+
+async def test_a_head_request_gets_the_get_head_without_a_body_and_the_next_request_is_served() -> (
+    None
+):
+    server = await start_server(echo, "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    # Pipelined: the GET must not be lost behind the HEAD.
+    writer.write(b"HEAD /a HTTP/1.1\r\nhost: x\r\n\r\nGET /b HTTP/1.1\r\nhost: x\r\n\r\n")
+    head, _ = await read_response(reader, has_body=False)
+    after_head, after_body = await read_response(reader)
+    writer.close()
+    server.close()
+    assert head.startswith(b"HTTP/1.1 200") and b"content-length: 7\r\n" in head  # "HEAD /a"
+    assert after_head.startswith(b"HTTP/1.1 200") and after_body == b"GET /b"

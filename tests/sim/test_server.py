@@ -222,6 +222,24 @@ async def test_a_waiting_request_whose_client_times_out_is_aborted(
     assert sim_server.engine.kv.num_free_blocks == 256
 
 
+async def test_a_head_request_gets_the_get_head_and_the_connection_serves_on(
+    sim_server: SimHttpServer,
+) -> None:
+    peers: set[tuple[str, int]] = set()
+    async with httpx.AsyncClient() as raw:
+        models = await raw.get(f"{sim_server.url}/v1/models")
+        heads = [await raw.head(f"{sim_server.url}{path}") for path in ("/health", "/v1/models")]
+        refused = await raw.head(f"{sim_server.url}/v1/completions")
+        after = await raw.get(f"{sim_server.url}/v1/models")
+        for response in (models, *heads, refused, after):
+            peers.add(response.extensions["network_stream"].get_extra_info("client_addr"))
+    assert [(r.status_code, r.content) for r in heads] == [(200, b""), (200, b"")]
+    assert heads[1].headers["content-length"] == str(len(models.content))  # as GET would send
+    assert refused.status_code == 405 and refused.content == b""
+    assert after.json() == models.json()
+    assert len(peers) == 1  # one kept-alive connection throughout
+
+
 async def test_metrics_and_health_over_http(sim_server: SimHttpServer) -> None:
     await client(sim_server).completions.create(model="sim-test", prompt="a b c", max_tokens=3)
     async with httpx.AsyncClient() as raw:
