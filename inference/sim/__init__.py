@@ -7,6 +7,7 @@ preemption by recompute of the newest request), with ``cost`` (step time), ``sam
 ``text`` (what each request generates), ``engine`` (all of it, stepped by a caller's clock)
 and ``stats`` / ``metrics`` (vLLM's Prometheus families). ``server`` serves it over vLLM's
 OpenAI-compatible HTTP surface in real time (``python -m inference.sim``); ``virtual`` runs it
-on a virtual clock, with ``fast_forward`` applying runs of identical decode steps at once.
+on a virtual clock, with ``fast_forward`` applying runs of identical decode steps at once and
+``arrivals`` holding requests submitted ahead of their arrival until the clock reaches them.
 ``presets`` names calibrated step-cost models.
 """

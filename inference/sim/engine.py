@@ -85,7 +85,20 @@ class Engine:
     def add_request(
         self, req_id: str, prompt_token_ids: np.ndarray, params: SamplingParams, now: float
     ) -> Request:
-        """Queues a request; raises RequestError (nothing queued) if it is invalid."""
+        """Queues a request arriving ``now``; raises RequestError (nothing queued) if invalid."""
+        req = self.prepare_request(req_id, prompt_token_ids, params, now)
+        self.queue_request(req)
+        return req
+
+    def prepare_request(
+        self, req_id: str, prompt_token_ids: np.ndarray, params: SamplingParams, arrival: float
+    ) -> Request:
+        """A request arriving at ``arrival``, checked and planned but not queued.
+
+        Raises RequestError if it is invalid. Split from queueing for a caller that accepts
+        requests before they arrive (the virtual clock): it can refuse a bad one at once and
+        still keep a good one out of the scheduler until its time.
+        """
         prompt = np.array(prompt_token_ids, dtype=np.int64)  # a copy: the caller may reuse its own
         if prompt.ndim != 1 or len(prompt) == 0:
             raise RequestError("the prompt must be a non-empty sequence of token ids")
@@ -107,12 +120,19 @@ class Engine:
             max_output_tokens=plan.num_tokens,
             final_reason=plan.reason,
             output_seed=output_seed,
-            arrival_time=now,
+            arrival_time=arrival,
             max_tokens=plan.max_tokens,
-            ready_time=now + self.grammar_compile_s if params.structured else now,
+            ready_time=arrival + self.grammar_compile_s if params.structured else arrival,
         )
-        self.scheduler.add_request(req)
         return req
+
+    def queue_request(self, req: Request) -> None:
+        """Hands a prepared request to the scheduler: the next step may admit it."""
+        self.scheduler.add_request(req)
+
+    def has_request(self, req_id: str) -> bool:
+        """Whether a request of that id is in the engine and unfinished."""
+        return req_id in self.scheduler.requests
 
     def abort(self, req_ids: Iterable[str], now: float) -> list[Request]:
         """Cancels requests (client gone); their blocks are freed at once.

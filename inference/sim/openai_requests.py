@@ -22,6 +22,7 @@ from inference.sim.sampling import LengthDistribution, RequestError, SamplingPar
 MAX_N = 128  # choices per request; vLLM bounds n too
 MAX_LOGPROBS = 20  # top alternatives per token, as vLLM's default max_logprobs
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's (and vLLM's) default for /v1/completions
+ASSISTANT_MARKER = "<|assistant|>"  # the generation prompt: answers follow it directly
 STRUCTURED_FIELDS = (
     "response_format",
     "guided_json",
@@ -76,10 +77,13 @@ def parse_chat(body: Any, model_name: str) -> GenerationRequest:
 
 
 def chat_prompt(messages: Any) -> str:
-    """The chat template: each turn as a role marker line, then the assistant's marker.
+    """The chat template: each turn after its role's marker, then the assistant's marker.
 
-    The prompt ends right at the marker and every answer starts with whitespace, so a
-    conversation re-sent with its answers appended keeps its earlier tokens as a prefix.
+    An assistant turn is rendered as generation saw it: its marker, then the answer verbatim,
+    as a real template's assistant turn starts with its generation prompt. Every answer
+    starts with whitespace, so a conversation re-sent with its answers keeps the earlier
+    prompt and the answer's sampled ids as a prefix and hits the prefix cache on both; a
+    newline after the marker would merge with the answer's first piece into another token.
     """
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list")
@@ -87,8 +91,10 @@ def chat_prompt(messages: Any) -> str:
     for message in messages:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ApiError(400, "each message must be an object with a string role")
-        turns.append(f"<|{message['role']}|>\n{_content_text(message.get('content'))}\n")
-    return "".join(turns) + "<|assistant|>"
+        role, content = message["role"], _content_text(message.get("content"))
+        marker = ASSISTANT_MARKER if role == "assistant" else f"<|{role}|>\n"
+        turns.append(f"{marker}{content}\n")
+    return "".join(turns) + ASSISTANT_MARKER
 
 
 def _request(

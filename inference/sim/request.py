@@ -66,7 +66,7 @@ class Request:
     final_reason: FinishReason  # the reason it will finish with on reaching that length
     output_seed: int  # seeds its output token ids (see inference.sim.text)
     arrival_time: float  # clock seconds when it reached the engine
-    max_tokens: int  # max_tokens as the client asked (or as defaulted), for reporting
+    max_tokens: int  # max_tokens as asked or defaulted, clamped to the room left (as vLLM)
     ready_time: float = 0.0  # may not be scheduled before this (grammar compile): deferred
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0

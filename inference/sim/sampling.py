@@ -116,22 +116,25 @@ def plan_output(
     rng: np.random.Generator,
     output_seed: int,
 ) -> OutputPlan:
-    """Decides a request's output length; raises RequestError if it cannot fit the model."""
+    """Decides a request's output length; raises RequestError if it cannot fit the model.
+
+    As vLLM 0.32's ``get_max_tokens``: ``max_tokens`` (asked or defaulted) is clamped to the
+    room the prompt leaves, so a turn near the context limit ends with ``length``; only a
+    ``max_tokens`` above the model length itself, or a prompt that leaves no room, is refused.
+    """
+    if params.max_tokens is not None and params.max_tokens > max_model_len:
+        raise RequestError(
+            f"max_tokens={params.max_tokens} cannot be greater than "
+            f"max_model_len={max_model_len}. Please request fewer output tokens."
+        )
     room = max_model_len - num_prompt_tokens
     if room < 1:
         raise RequestError(
             f"This model's maximum context length is {max_model_len} tokens. However, your "
             f"prompt has {num_prompt_tokens} tokens, leaving no room for a completion."
         )
-    max_tokens = room if params.max_tokens is None else params.max_tokens
-    if max_tokens > room:
-        raise RequestError(
-            f"This model's maximum context length is {max_model_len} tokens. However, you "
-            f"requested {num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in the "
-            f"prompt, {max_tokens} in the completion). Please reduce the prompt or max_tokens."
-        )
-    # Without max_tokens the bound is the room left, known only now (an explicit max_tokens was
-    # checked in SamplingParams); vLLM refuses min_tokens above either.
+    max_tokens = room if params.max_tokens is None else min(params.max_tokens, room)
+    # The bound is known only now; vLLM refuses min_tokens above it, clamped or not.
     if params.min_tokens > max_tokens:
         raise RequestError(
             f"min_tokens ({params.min_tokens}) must be <= max_tokens ({max_tokens}: what the "

@@ -142,7 +142,10 @@ class SimServer:
         self.registry = make_registry(loop.engine, time.time())
 
     async def handle(self, request: HttpRequest) -> Response | StreamingResponse:
-        route = (request.method, request.path)
+        # As Starlette's routes (vLLM's server): a GET route answers HEAD too; the HTTP layer
+        # sends the response's head without its body.
+        method = "GET" if request.method == "HEAD" else request.method
+        route = (method, request.path)
         try:
             if route == ("GET", "/health"):
                 return Response(200, b"", "text/plain")

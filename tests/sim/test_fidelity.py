@@ -14,6 +14,12 @@ Compared, with the tolerances the test asserts:
 - throughput versus concurrency, each curve divided by its own maximum: mean absolute
   difference at most ``CURVE_TOLERANCE``.
 
+Before the ladder, each engine serves one chat turn and the same conversation re-sent with
+its answer: both must hit the prefix cache on every full block the re-sent prompt shares with
+what the engine held, and the simulator must share all of it (its answers re-encode exactly;
+the random tiny model samples ids that do not survive detokenization, so vLLM shares the
+answer up to the first of those).
+
 Each engine first runs a warm-up ladder (vLLM-CPU pays a one-off cost the first time it sees
 a batch shape), then the ladder three times; ``ladder.combine`` keeps, per level, what the
 engine can do when nothing else on the machine gets in its way. Needs the vLLM virtualenv
@@ -29,12 +35,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
+from inference.sim import text
+from inference.sim.openai_requests import chat_prompt
 from tests.conftest import REPO_ROOT, free_port, stop_process_group
+from tests.sim.chat_resend import Resend, resend_with_answer, shared_prefix, tokenize_chat
 from tests.sim.ladder import LevelResult, Workload, combine, run_ladder
 from tests.vllm import conftest as vllm_fixtures
 from tests.vllm.conftest import SERVED_MODEL, running_engine
@@ -61,6 +71,9 @@ QUEUE_KNEE_WAITING = 0.5  # mean requests waiting for capacity that count as que
 KNEE_TOLERANCE_RUNGS = 1  # knees may differ by one step of the ladder (a factor of 2)
 CURVE_TOLERANCE = 0.2  # mean |difference| of the two normalised throughput curves
 SIM_STARTUP_TIMEOUT_S = 30.0
+BLOCK_SIZE = 128  # vLLM-CPU's KV block, and the simulator's here
+CHAT_CONTENT = "Bamo tiku lesa. " * 20  # a prompt of one block or so on either tokenizer
+CHAT_ANSWER_TOKENS = 250  # long enough for the answer to fill a block of its own
 
 
 def queue_knee(results: list[LevelResult]) -> int | None:
@@ -82,6 +95,22 @@ def rungs_apart(a: int | None, b: int | None) -> float:
     if a is None or b is None:
         return 0.0 if a == b else math.inf
     return abs(math.log2(a) - math.log2(b))
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one engine did: the chat re-send (with the ids involved) and the load ladder."""
+
+    chat: Resend
+    held_ids: list[int]  # the first turn's prompt and answer, as the engine held them
+    resent_ids: list[int]  # the re-sent conversation's prompt, as the engine tokenized it
+    ladder: list[LevelResult]
+
+
+def expected_hits(shared: int, chat: Resend) -> int:
+    """Full blocks of the shared ids that the first turn computed and the second may reuse."""
+    reusable = min(shared, chat.computed, chat.resent_tokens - 1)
+    return reusable // BLOCK_SIZE * BLOCK_SIZE
 
 
 def ladder(url: str) -> list[LevelResult]:
@@ -122,22 +151,50 @@ def real(
     vllm_python: Path,
     tiny_model: Path,
     tmp_path_factory: pytest.TempPathFactory,
-) -> list[LevelResult]:
+) -> Measured:
     log_path = tmp_path_factory.mktemp("fidelity") / "vllm.log"
     with running_engine(vllm_python, tiny_model, log_path, ENGINE_SHAPE, {}) as engine:
-        return ladder(engine.url)
+        chat = asyncio.run(
+            resend_with_answer(engine.url, SERVED_MODEL, CHAT_CONTENT, CHAT_ANSWER_TOKENS)
+        )
+        assert chat.prompt_ids is not None and chat.answer_ids is not None
+        resent_ids = asyncio.run(tokenize_chat(engine.url, SERVED_MODEL, chat.messages))
+        return Measured(chat, chat.prompt_ids + chat.answer_ids, resent_ids, ladder(engine.url))
 
 
 @pytest.fixture(scope="module")
-def simulated() -> list[LevelResult]:
+def simulated() -> Measured:
     with running_simulator() as url:
-        return ladder(url)
+        chat = asyncio.run(resend_with_answer(url, SERVED_MODEL, CHAT_CONTENT, CHAT_ANSWER_TOKENS))
+        # The simulator's tokenizer is inference.sim.text, and its answers re-encode exactly.
+        first_prompt = text.encode(chat_prompt(chat.messages[:1]))
+        answer = text.encode(chat.messages[1]["content"])
+        held_ids = [*first_prompt.tolist(), *answer.tolist()]
+        resent_ids = text.encode(chat_prompt(chat.messages)).tolist()
+        return Measured(chat, held_ids, resent_ids, ladder(url))
+
+
+def test_a_chat_re_sent_with_its_answer_hits_the_prefix_cache_on_it_on_both_engines(
+    real: Measured, simulated: Measured
+) -> None:
+    shared = {}
+    for name, measured in (("real", real), ("sim", simulated)):
+        chat = measured.chat
+        shared[name] = shared_prefix(measured.held_ids, measured.resent_ids)
+        print(
+            f"{name} chat: prompt {chat.prompt_tokens} + answer {chat.completion_tokens} tokens, "
+            f"re-sent {chat.resent_tokens} sharing {shared[name]}, hit {chat.hits}"
+        )
+        assert chat.hits == expected_hits(shared[name], chat), name
+    assert shared["real"] > real.chat.prompt_tokens  # vLLM's template keeps the answer's ids
+    assert shared["sim"] == simulated.chat.prompt_tokens + simulated.chat.completion_tokens
+    assert simulated.chat.hits > simulated.chat.prompt_tokens  # served from the answer's blocks
 
 
 def test_the_simulator_matches_a_real_engine_on_the_load_ladder(
-    real: list[LevelResult], simulated: list[LevelResult]
+    real: Measured, simulated: Measured
 ) -> None:
-    for name, results in (("real", real), ("sim", simulated)):
+    for name, results in (("real", real.ladder), ("sim", simulated.ladder)):
         print(
             f"{name}: "
             + ", ".join(
@@ -147,11 +204,12 @@ def test_the_simulator_matches_a_real_engine_on_the_load_ladder(
             )
         )
     knees = {
-        "queue": (queue_knee(real), queue_knee(simulated)),
-        "preemption": (preemption_knee(real), preemption_knee(simulated)),
+        "queue": (queue_knee(real.ladder), queue_knee(simulated.ladder)),
+        "preemption": (preemption_knee(real.ladder), preemption_knee(simulated.ladder)),
     }
     curve_error = sum(
-        abs(a - b) for a, b in zip(normalised(real), normalised(simulated), strict=True)
+        abs(a - b)
+        for a, b in zip(normalised(real.ladder), normalised(simulated.ladder), strict=True)
     ) / len(LEVELS)
     print(f"knees (real, sim): {knees}; normalised curve mean |error|: {curve_error:.3f}")
     assert all(knee is not None for knee, _ in knees.values()), "the ladder made no pressure"

@@ -84,8 +84,10 @@ async def test_bad_requests_get_openai_errors(sim_server: SimHttpServer) -> None
     api = client(sim_server)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         await api.completions.create(model="other", prompt="x")
-    with pytest.raises(openai.BadRequestError, match="maximum context length is 2048"):
+    with pytest.raises(openai.BadRequestError, match="cannot be greater than max_model_len=2048"):
         await api.completions.create(model="sim-test", prompt="x", max_tokens=5000)
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 2048"):
+        await api.completions.create(model="sim-test", prompt=[7] * 2048, max_tokens=1)
     async with httpx.AsyncClient() as raw:
         response = await raw.post(f"{sim_server.url}/v1/completions", content=b"{not json")
         assert (
@@ -94,6 +96,48 @@ async def test_bad_requests_get_openai_errors(sim_server: SimHttpServer) -> None
         assert (await raw.get(f"{sim_server.url}/v1/completions")).status_code == 405
         assert (await raw.get(f"{sim_server.url}/nowhere")).status_code == 404
     assert not sim_server.engine.has_unfinished_requests()
+
+
+async def test_max_tokens_past_the_room_left_is_clamped_as_vllm_does(
+    sim_server: SimHttpServer,
+) -> None:
+    # A turn 40 tokens short of max_model_len (2048) asking for 100: vLLM serves 40, "length".
+    api = client(sim_server)
+    completion = await api.completions.create(
+        model="sim-test", prompt=[7] * 2008, max_tokens=100, seed=1
+    )
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 40
+    history = "word " * 1600  # about 2,000 tokens of earlier turns
+    chat = await api.chat.completions.create(
+        model="sim-test",
+        messages=[{"role": "user", "content": history}],
+        max_completion_tokens=2000,
+    )
+    assert chat.choices[0].finish_reason == "length"
+    assert chat.usage.prompt_tokens + chat.usage.completion_tokens == 2048
+
+
+async def test_a_chat_re_sent_with_its_answer_hits_the_prefix_cache_on_the_answer(
+    sim_server: SimHttpServer,
+) -> None:
+    # The same conversation over /v1/completions hits every full block of prompt and answer
+    # (the last sampled token has no KV); the chat template must give the same ids.
+    api = client(sim_server)
+    messages = [{"role": "user", "content": "Tell me a long story, please. " * 60}]
+    first = await api.chat.completions.create(
+        model="sim-test", messages=messages, max_tokens=400, seed=2
+    )
+    held = first.usage.prompt_tokens + first.usage.completion_tokens - 1
+    counters = sim_server.engine.counters
+    hits_before = counters.prefix_cache_hits
+    answer = {"role": "assistant", "content": first.choices[0].message.content}
+    await api.chat.completions.create(
+        model="sim-test",
+        messages=[*messages, answer, {"role": "user", "content": "And then?"}],
+        max_tokens=1,
+    )
+    assert counters.prefix_cache_hits - hits_before == held // 16 * 16
 
 
 @pytest.mark.parametrize(
@@ -176,6 +220,24 @@ async def test_a_waiting_request_whose_client_times_out_is_aborted(
     await wait_until_idle(sim_server)
     assert not sim_server.engine.has_unfinished_requests()
     assert sim_server.engine.kv.num_free_blocks == 256
+
+
+async def test_a_head_request_gets_the_get_head_and_the_connection_serves_on(
+    sim_server: SimHttpServer,
+) -> None:
+    peers: set[tuple[str, int]] = set()
+    async with httpx.AsyncClient() as raw:
+        models = await raw.get(f"{sim_server.url}/v1/models")
+        heads = [await raw.head(f"{sim_server.url}{path}") for path in ("/health", "/v1/models")]
+        refused = await raw.head(f"{sim_server.url}/v1/completions")
+        after = await raw.get(f"{sim_server.url}/v1/models")
+        for response in (models, *heads, refused, after):
+            peers.add(response.extensions["network_stream"].get_extra_info("client_addr"))
+    assert [(r.status_code, r.content) for r in heads] == [(200, b""), (200, b"")]
+    assert heads[1].headers["content-length"] == str(len(models.content))  # as GET would send
+    assert refused.status_code == 405 and refused.content == b""
+    assert after.json() == models.json()
+    assert len(peers) == 1  # one kept-alive connection throughout
 
 
 async def test_metrics_and_health_over_http(sim_server: SimHttpServer) -> None:

@@ -66,12 +66,14 @@ def test_a_chat_body_with_parts_logprobs_and_a_schema() -> None:
     )
 
 
-def test_a_multi_turn_chat_extends_the_previous_prompt() -> None:
+def test_a_multi_turn_chat_extends_the_previous_prompt_and_its_answer() -> None:
     first = [{"role": "user", "content": "Question one?"}]
-    answer = text.decode(text.output_token_ids(3, 0, 20))
+    answer_ids = text.output_token_ids(3, 0, 20)
+    answer = text.decode(answer_ids)
     second = [*first, {"role": "assistant", "content": answer}, {"role": "user", "content": "Two?"}]
-    head = text.encode(chat_prompt(first))
-    assert np.array_equal(text.encode(chat_prompt(second))[: len(head)], head)
+    # What the engine held after the first turn: its prompt, then the ids it sampled.
+    seen = np.concatenate([text.encode(chat_prompt(first)), answer_ids])
+    assert np.array_equal(text.encode(chat_prompt(second))[: len(seen)], seen)
 
 
 @pytest.mark.parametrize(

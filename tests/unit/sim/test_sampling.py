@@ -53,9 +53,20 @@ def test_a_stop_string_within_min_tokens_does_not_count() -> None:
     assert find_stop(pieces, ("ab",), min_tokens=3) is None
 
 
+def test_max_tokens_past_the_room_left_is_clamped_as_vllm_does() -> None:
+    # vLLM 0.32's get_max_tokens: min(max_tokens, max_model_len - prompt); the turn ends on length.
+    clamped = plan(SamplingParams(max_tokens=91))
+    assert (clamped.max_tokens, clamped.num_tokens, clamped.reason) == (90, 90, FinishReason.LENGTH)
+    assert plan(SamplingParams(max_tokens=100), num_prompt=99).num_tokens == 1
+    short = LengthDistribution(LengthKind.FIXED, 12)
+    assert plan(SamplingParams(max_tokens=95), short, num_prompt=95).num_tokens == 5
+
+
 def test_requests_that_cannot_fit_the_model_are_refused() -> None:
-    with pytest.raises(RequestError, match="maximum context length is 100"):
-        plan(SamplingParams(max_tokens=91))
+    with pytest.raises(
+        RequestError, match="max_tokens=101 cannot be greater than max_model_len=100"
+    ):
+        plan(SamplingParams(max_tokens=101))
     with pytest.raises(RequestError, match="no room"):
         plan(SamplingParams(), num_prompt=100)
     with pytest.raises(RequestError, match="min_tokens"):
@@ -63,6 +74,8 @@ def test_requests_that_cannot_fit_the_model_are_refused() -> None:
     # Without max_tokens the room left (90) bounds min_tokens, stop strings or not.
     with pytest.raises(RequestError, match=r"min_tokens \(91\) must be <= max_tokens \(90"):
         plan(SamplingParams(min_tokens=91, stop=("x",)))
+    with pytest.raises(RequestError, match=r"min_tokens \(95\) must be <= max_tokens \(90"):
+        plan(SamplingParams(max_tokens=100, min_tokens=95))
     assert plan(SamplingParams(min_tokens=90, stop=("x",))).num_tokens == 90
 
 
