@@ -17,6 +17,9 @@ from controlplane.env import env_bool, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PACER_VAR_DIR", str(BASE_DIR / "var")))
+# Each run's batches, decisions and W&B files go to <PACER_RUNS_DIR>/<run id>/ unless its
+# config names a folder: the one place web and workers on several machines must share.
+PACER_RUNS_DIR = Path(env_str("PACER_RUNS_DIR", str(VAR_DIR / "runs")))
 
 DEBUG = env_bool("DEBUG", True)
 # Without SECRET_KEY a random one is made per process: sessions do not survive a restart,
@@ -88,6 +91,8 @@ CHANNEL_LAYERS = {
 }
 
 CELERY_BROKER_URL = REDIS_URL
+# Run tasks go here; tests give their workers a queue of their own.
+CELERY_TASK_DEFAULT_QUEUE = env_str("PACER_CELERY_QUEUE", "celery")
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
@@ -96,6 +101,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Threads, not processes: a run's host lives in a task for the whole run, and on a warm
+# shutdown (SIGTERM) each host must hear of it to hand its run back, which a thread does.
+CELERY_WORKER_POOL = "threads"
 # Redis redelivers a task not acknowledged within this time; a run's task is acknowledged
 # only when the run ends, so it must outlast the longest run (a week), or a second worker
 # would pick up a run the first still drives.
@@ -137,4 +145,6 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env_str("PACER_LOG_LEVEL", "INFO")},
+    # A line per rollout turn and per scrape would bury everything else.
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }

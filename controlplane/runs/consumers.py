@@ -35,3 +35,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def engine_health(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "engine_health", "data": event["data"]})
+
+    async def run_step(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "step", "data": event["data"]})
+
+    async def run_state(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "state", "data": event["data"]})

@@ -1,38 +1,263 @@
-"""A run: one rollout-generation job, its config and where it stands."""
+"""Runs and what they leave behind: decisions, engine samples, steps, evaluation waves and
+operator overrides; and the engines a run can name.
+
+Time-series rows (decisions, samples) are written by the run's worker in batches and read by
+the API and the dashboard by run and time, so each has an index on (run, time). A run's live
+figures (cap, in-flight) are kept on the run itself as well, so a list of runs needs no
+join over millions of samples.
+"""
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 from controlplane.runs.consumers import run_group_name
 
 
-class RunStatus(models.TextChoices):
-    PENDING = "pending", "Pending"  # stored, its worker task not yet started
-    RUNNING = "running", "Running"  # a worker hosts its runtime
-    STOPPED = "stopped", "Stopped"  # an operator stopped it
-    FINISHED = "finished", "Finished"  # it produced every step it was asked for
-    FAILED = "failed", "Failed"  # its runtime ended on an error
+class EngineRoleChoice(models.TextChoices):
+    UNIFIED = "unified", "Unified"
+    PREFILL = "prefill", "Prefill"
+    DECODE = "decode", "Decode"
+
+
+class Engine(models.Model):
+    """An inference engine registered by name, so configs can name it instead of its URL."""
+
+    name = models.CharField(
+        max_length=100,
+        unique=True,
+        validators=[RegexValidator(r"^[^/\s]+$", "an engine name has no '/' and no spaces")],
+    )
+    url = models.URLField(max_length=500)
+    role = models.CharField(
+        max_length=16, choices=EngineRoleChoice.choices, default=EngineRoleChoice.UNIFIED
+    )
+    max_num_seqs = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    # The last poll of any run that uses it: health, age of its numbers, the last error.
+    last_health = models.JSONField(default=dict, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.url})"
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued", "Queued"  # stored, waiting for a worker to take its lease
+    RUNNING = "running", "Running"  # a worker holds its lease and drives it
+    PAUSED = "paused", "Paused"  # state stored, no worker; resume queues it again
+    STOPPING = "stopping", "Stopping"  # asked to stop; its worker is winding it down
+    COMPLETED = "completed", "Completed"  # every step was written
+    FAILED = "failed", "Failed"  # it cannot go on; ``error`` says why
+    CANCELLED = "cancelled", "Cancelled"  # stopped by an operator before its last step
+
+    @classmethod
+    def ended(cls) -> tuple[str, ...]:
+        return (cls.COMPLETED, cls.FAILED, cls.CANCELLED)
 
 
 class Run(models.Model):
     name = models.CharField(max_length=200)
-    config = models.JSONField(default=dict)
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
+    config = models.JSONField(default=dict)  # the document as given (TOML read into JSON)
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.QUEUED)
+    error = models.TextField(blank=True, default="")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="runs"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Where it stands, for resuming on another worker.
+    step = models.PositiveIntegerField(default=0)  # the last step written
+    policy_version = models.PositiveIntegerField(default=0)
+    eval_waves = models.PositiveIntegerField(default=0)
+    controller_state = models.JSONField(null=True, blank=True)
+    model_name = models.CharField(max_length=300, blank=True, default="")  # as served
+    output_dir = models.CharField(max_length=1000, blank=True, default="")
+    # When its task was last sent: a run queued long ago and never leased lost its task (a
+    # broker restart), and the sweep sends another.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    # One host at a time: a worker drives the run only while its lease is unexpired.
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Live figures, kept by the worker for lists and detail pages.
+    cap = models.PositiveIntegerField(null=True, blank=True)
+    policy_cap = models.PositiveIntegerField(null=True, blank=True)  # differs while pinned
+    inflight_train = models.PositiveIntegerField(default=0)
+    inflight_eval = models.PositiveIntegerField(default=0)
+    generation_tokens_per_s = models.FloatField(default=0.0)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "lease_expires_at"], name="run_state_lease"),
+            models.Index(fields=["-created_at", "-id"], name="run_newest"),
+        ]
 
     def __str__(self) -> str:
-        return f"run {self.pk} ({self.name}, {self.status})"
+        return f"run {self.pk} ({self.name}, {self.state})"
 
     @property
     def group_name(self) -> str:
         """The Channels group that carries this run's live events."""
         return run_group_name(self.pk)
+
+    @property
+    def is_ended(self) -> bool:
+        return self.state in RunState.ended()
+
+
+class Decision(models.Model):
+    """One decision of a run's controller (or its orchestrator), every field of the core's."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="decisions")
+    at = models.DateTimeField()  # wall time, from the worker's clock at the decision
+    step = models.PositiveIntegerField()  # the last step written when it was made
+    kind = models.CharField(max_length=32)
+    cause = models.CharField(max_length=48)
+    signal = models.CharField(max_length=16)
+    cap_before = models.PositiveIntegerField()
+    cap_after = models.PositiveIntegerField()
+    reason = models.TextField()
+    shed = models.PositiveIntegerField(default=0)
+    shadow_before = models.PositiveIntegerField(null=True, blank=True)
+    shadow_after = models.PositiveIntegerField(null=True, blank=True)
+    alert = models.BooleanField(default=False)
+    applied = models.BooleanField(default=True)
+    figures = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["run", "at", "id"], name="decision_run_at"),
+            models.Index(fields=["run", "kind", "at"], name="decision_run_kind_at"),
+        ]
+
+
+class EngineSample(models.Model):
+    """One engine's load at one poll of a run: every field of the core's LoadSample, and the
+    rates the dashboard draws."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
+    at = models.DateTimeField()  # wall time of the poll
+    engine_id = models.CharField(max_length=200)
+    role = models.CharField(max_length=16)
+    health = models.CharField(max_length=16)
+    kv_capacity_tokens = models.BigIntegerField(null=True)
+    max_model_len = models.IntegerField(null=True)
+    kv_usage = models.FloatField()
+    num_running = models.IntegerField()
+    num_waiting = models.IntegerField()
+    num_waiting_capacity = models.IntegerField(null=True)
+    num_preemptions = models.IntegerField()
+    prefix_cache_hits = models.BigIntegerField()
+    prefix_cache_queries = models.BigIntegerField()
+    generation_tokens = models.BigIntegerField()
+    restarted = models.BooleanField(default=False)
+    interval_s = models.FloatField(null=True)  # since this engine's previous sample of the run
+    staleness_s = models.FloatField(default=0.0)  # age of its numbers at the poll
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["run", "at"], name="sample_run_at"),
+            models.Index(fields=["run", "engine_id", "at"], name="sample_run_engine_at"),
+        ]
+
+
+class StepRecord(models.Model):
+    """One written step: its timing, counts, tokens and rewards."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    step = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    written_at = models.DateTimeField()
+    seconds = models.FloatField()
+    policy_version = models.PositiveIntegerField()
+    episodes = models.PositiveIntegerField()
+    tokens = models.BigIntegerField()
+    reward_mean = models.FloatField()
+    reward_std = models.FloatField()
+    generated_tokens = models.BigIntegerField()
+    finished_train = models.PositiveIntegerField()
+    finished_eval = models.PositiveIntegerField()
+    failed = models.PositiveIntegerField()
+    cancelled = models.PositiveIntegerField()
+    dropped_groups = models.PositiveIntegerField()
+    cap = models.PositiveIntegerField()
+    inflight = models.PositiveIntegerField()
+    path = models.CharField(max_length=1000)
+    # With trainer mode "external": when the trainer acknowledged it, and its new version.
+    acked_at = models.DateTimeField(null=True, blank=True)
+    acked_version = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="one_record_per_step")]
+
+
+class EvalRecord(models.Model):
+    """One finished evaluation wave, per environment."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evals")
+    wave = models.PositiveIntegerField()
+    after_step = models.PositiveIntegerField()
+    policy_version = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    episodes = models.JSONField(default=dict)  # completed, per environment
+    failed = models.JSONField(default=dict)
+    reward_mean = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["wave"]
+        constraints = [models.UniqueConstraint(fields=["run", "wave"], name="one_record_per_wave")]
+
+
+class OverrideMode(models.TextChoices):
+    PIN = "pin", "Pin"  # hold the cap at ``cap`` for ``ttl_s`` seconds
+    SET = "set", "Set"  # move the cap once; adaptation goes on from there
+    RELEASE = "release", "Release"  # end a pin
+    PAUSE = "pause", "Pause"  # store the run's state and free its worker
+    RESUME = "resume", "Resume"  # queue a paused run again
+    STOP = "stop", "Stop"  # end the run after the step being written
+
+    @classmethod
+    def cap_commands(cls) -> tuple[str, ...]:
+        return (cls.PIN, cls.SET, cls.RELEASE)
+
+
+class Override(models.Model):
+    """An operator's command to a run: who, when, why, and what came of it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="overrides")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="overrides"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    mode = models.CharField(max_length=16, choices=OverrideMode.choices)
+    cap = models.PositiveIntegerField(null=True, blank=True)
+    ttl_s = models.FloatField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    applied_at = models.DateTimeField(null=True, blank=True)
+    decision = models.OneToOneField(
+        Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="override"
+    )
+    error = models.TextField(blank=True, default="")  # why the run refused it, if it did
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["run", "applied_at"], name="override_run_pending")]
+
+    @property
+    def pending(self) -> bool:
+        return self.applied_at is None and not self.error

@@ -54,6 +54,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool  # stream_options.include_usage: a last chunk with token counts
     logprobs: int | None  # alternatives per token; None: no logprobs at all
+    return_token_ids: bool = False  # vLLM >= 0.10.2: the prompt's and the output's ids too
 
 
 def parse_completion(body: Any, model_name: str) -> GenerationRequest:
@@ -132,6 +133,7 @@ def _request(
         stream=bool(body.get("stream", False)),
         include_usage=bool(stream_options.get("include_usage", False)),
         logprobs=logprobs,
+        return_token_ids=bool(body.get("return_token_ids", False)),
     )
 
 
@@ -213,3 +215,17 @@ def _optional_int(body: Mapping[str, Any], name: str, low: int, high: int | None
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_tokenize(body: Any, model_name: str) -> np.ndarray:
+    """vLLM's ``/tokenize``: the ids of a ``prompt``, or of chat ``messages`` as the template
+    renders them. ``add_special_tokens`` is accepted and changes nothing: the simulator's
+    vocabulary has no special tokens to add."""
+    body = _object(body)
+    _check_model(body, model_name)
+    if "messages" in body:
+        return text.encode(chat_prompt(body["messages"]))
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise ApiError(400, "prompt must be a string (or send messages)")
+    return text.encode(prompt)

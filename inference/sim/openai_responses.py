@@ -95,16 +95,28 @@ def usage(num_prompt_tokens: int, num_completion_tokens: int) -> dict[str, int]:
 
 
 def completion_choice(
-    index: int, choice: ChoiceText, start: int, stop: int, logprobs: int | None, finished: bool
+    index: int,
+    choice: ChoiceText,
+    start: int,
+    stop: int,
+    logprobs: int | None,
+    finished: bool,
+    token_ids: bool = False,
 ) -> dict[str, Any]:
-    """One entry of ``choices`` for /v1/completions, whole or as a stream chunk's delta."""
-    return {
+    """One entry of ``choices`` for /v1/completions, whole or as a stream chunk's delta. With
+    ``token_ids`` (vLLM's ``return_token_ids``) it carries the output's ids from ``start`` to
+    ``stop``, and the prompt's ids with the first of them, as vLLM does."""
+    entry: dict[str, Any] = {
         "index": index,
         "text": choice.text_between(start, stop),
         "logprobs": None if logprobs is None else choice.completion_logprobs(start, stop, logprobs),
         "finish_reason": _finish_reason(choice) if finished else None,
         "stop_reason": None,
     }
+    if token_ids:
+        entry["token_ids"] = choice.token_ids[start:stop]
+        entry["prompt_token_ids"] = choice.req.prompt_token_ids.tolist() if start == 0 else None
+    return entry
 
 
 def chat_choice(index: int, choice: ChoiceText, logprobs: int | None) -> dict[str, Any]:
@@ -170,3 +182,7 @@ def models_body(model: str, max_model_len: int, created: int) -> dict[str, Any]:
 def _finish_reason(choice: ChoiceText) -> str:
     reason = choice.req.finish_reason or choice.req.final_reason
     return reason.value
+
+
+def tokenize_body(token_ids: list[int], max_model_len: int) -> dict[str, Any]:
+    return {"count": len(token_ids), "max_model_len": max_model_len, "tokens": token_ids}

@@ -2,8 +2,9 @@
 
 ``EngineLoop`` steps the engine and sleeps each step's modelled duration, so tokens come out
 at the pace the cost model says. ``SimServer`` answers ``/v1/completions`` and
-``/v1/chat/completions`` (whole or streamed as server-sent events), ``/v1/models``,
-``/metrics`` and ``/health``. A client that disconnects has its requests aborted at once,
+``/v1/chat/completions`` (whole or streamed as server-sent events, with vLLM's
+``return_token_ids`` on completions), ``/tokenize``, ``/v1/models``, ``/metrics`` and
+``/health``. A client that disconnects has its requests aborted at once,
 which frees their KV blocks, as vLLM does.
 """
 
@@ -24,7 +25,13 @@ from inference.sim import openai_responses as render
 from inference.sim.engine import Engine, PendingStep
 from inference.sim.http11 import HttpRequest, Response, StreamingResponse
 from inference.sim.metrics import exposition, make_registry
-from inference.sim.openai_requests import ApiError, GenerationRequest, parse_chat, parse_completion
+from inference.sim.openai_requests import (
+    ApiError,
+    GenerationRequest,
+    parse_chat,
+    parse_completion,
+    parse_tokenize,
+)
 from inference.sim.request import Request
 from inference.sim.sampling import RequestError
 
@@ -160,12 +167,16 @@ class SimServer:
                 return await self._generate(request, parse_completion(_body(request), self.model))
             if route == ("POST", "/v1/chat/completions"):
                 return await self._generate(request, parse_chat(_body(request), self.model))
+            if route == ("POST", "/tokenize"):
+                ids = parse_tokenize(_body(request), self.model).tolist()
+                return _json(200, render.tokenize_body(ids, self.engine.config.max_model_len))
             if request.path in (
                 "/health",
                 "/metrics",
                 "/v1/models",
                 "/v1/completions",
                 "/v1/chat/completions",
+                "/tokenize",
             ):
                 raise ApiError(
                     405, f"{request.method} is not allowed on {request.path}", "MethodNotAllowed"
@@ -220,7 +231,13 @@ class SimServer:
                 self.model,
                 [
                     render.completion_choice(
-                        i, c, 0, c.req.num_output_tokens, request.logprobs, True
+                        i,
+                        c,
+                        0,
+                        c.req.num_output_tokens,
+                        request.logprobs,
+                        True,
+                        request.return_token_ids,
                     )
                     for i, c in enumerate(choices)
                 ],
@@ -281,7 +298,9 @@ class SimServer:
     ) -> dict[str, Any]:
         if request.chat:
             return render.chat_delta(index, choice, start, stop, request.logprobs, finished, False)
-        return render.completion_choice(index, choice, start, stop, request.logprobs, finished)
+        return render.completion_choice(
+            index, choice, start, stop, request.logprobs, finished, request.return_token_ids
+        )
 
 
 def _body(request: HttpRequest) -> Any:

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from controlplane.runs.models import Run, RunStatus
+from controlplane.runs.models import Run, RunState
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
@@ -21,7 +21,7 @@ def test_run_round_trips_through_postgresql() -> None:
 
     assert loaded.name == "gsm8k-rollouts"
     assert loaded.config == config
-    assert loaded.status == RunStatus.PENDING
+    assert loaded.state == RunState.QUEUED
     assert loaded.created_by == owner
     assert loaded.group_name == f"run.{created.pk}"
     assert Run.objects.filter(config__policy="reference").count() == 1

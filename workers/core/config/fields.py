@@ -41,6 +41,10 @@ class ConfigError(ValueError):
         self.errors = tuple(errors)
         super().__init__("; ".join(str(error) for error in self.errors))
 
+    @classmethod
+    def single(cls, message: str, path: str = "") -> ConfigError:
+        return cls([FieldError(path, message)])
+
     def by_field(self) -> dict[str, list[str]]:
         """Messages per path, as an API's field errors are shaped."""
         found: dict[str, list[str]] = {}

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from workers.core.validation import check_cap, check_seconds
 
+# A week: a hold longer than that is a fixed cap, which belongs in the run's config.
+MAX_PIN_TTL_S = 7 * 24 * 3600.0
+
 
 @dataclass(frozen=True, slots=True)
 class Pin:
@@ -31,7 +34,10 @@ class Overrides:
     def hold(self, cap: int, ttl: float, now: float) -> None:
         """Pin ``cap`` for ``ttl`` seconds; bad input raises ValueError and changes nothing."""
         self.check_cap(cap)
-        self.pin = Pin(cap, now + check_seconds("pin ttl", ttl))
+        seconds = check_seconds("pin ttl", ttl)
+        if seconds > MAX_PIN_TTL_S:
+            raise ValueError(f"pin ttl must be at most {MAX_PIN_TTL_S:g} s (a week), got {ttl!r}")
+        self.pin = Pin(cap, now + seconds)
 
     def drop(self) -> Pin | None:
         """End the pin, if any; returns what was held."""

@@ -64,6 +64,7 @@ class StartPoint:
     step: int = 0  # the last step written
     policy_version: int = 0
     waves: int = 0  # evaluation waves already run
+    acknowledged: bool = True  # False: the trainer has yet to acknowledge ``step``
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ class Orchestrator:
         if config.trainer.mode == "external" and acks is None:
             raise ValueError("trainer mode 'external' needs a source of acknowledgements")
         start = start or StartPoint()
+        self._start = start
         self.config = config
         self._clock = clock
         self._writer = writer
@@ -156,6 +158,11 @@ class Orchestrator:
     def policy_version(self) -> int:
         return self._version
 
+    @property
+    def waves(self) -> int:
+        """Evaluation waves started so far."""
+        return self._waves
+
     def stop(self, reason: str = "stopped") -> None:
         """End the run after the step being written, if one is; nothing half written."""
         if self._stop_reason is None:
@@ -183,6 +190,11 @@ class Orchestrator:
 
     async def _steps(self) -> tuple[RunOutcome, str]:
         config = self.config
+        if not self._start.acknowledged and config.trainer.mode == "external" and self._step:
+            version = await self._acknowledged(self._step)  # written before a restart
+            if version is None:
+                return RunOutcome.STOPPED, self._stop_reason or "stopped"
+            self._advance(version)
         while self._step < config.max_steps:
             if not await self._until(lambda: self._book.ready_episodes >= config.batch_size):
                 return RunOutcome.STOPPED, self._stop_reason or "stopped"

@@ -1,0 +1,235 @@
+"""Writes: creating runs, operator commands, trainer acknowledgements, engine registration.
+
+Each service checks what it is given, writes in one transaction and wakes a worker only once
+the transaction has committed, so a task never races the row it is about. Errors are typed:
+``ConfigError`` for a config (field errors), ``CommandRefused`` for a command the run's state
+does not allow (the API's 409).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.runs.control import publish_control
+from controlplane.runs.models import Engine, Override, OverrideMode, Run, RunState, StepRecord
+from workers.core.config.fields import ConfigError, FieldError
+from workers.core.config.run import EngineSettings, RunConfig, parse_run_config
+from workers.core.controller.overrides import MAX_PIN_TTL_S
+from workers.core.samples import EngineRole
+
+MAX_OVERRIDE_CAP = 1_000_000  # as the core's sanity bound on any cap
+
+
+class CommandRefused(Exception):
+    """A command the run cannot take in its state; the message says why."""
+
+
+def resolve_engines(config: RunConfig) -> tuple[RunConfig, list[str | None]]:
+    """The config with every engine named by a registered name given its URL, role and
+    ``max_num_seqs`` from the registry, and each engine's registered name (None for one
+    given by URL). An unknown name is a field error at its engine."""
+    engines: list[EngineSettings] = []
+    names: list[str | None] = []
+    errors: list[FieldError] = []
+    registered = {
+        e.name: e
+        for e in Engine.objects.filter(name__in=[e.name for e in config.engines if e.name])
+    }
+    for index, engine in enumerate(config.engines):
+        if engine.url is not None:
+            engines.append(engine)
+            names.append(None)
+            continue
+        row = registered.get(engine.name or "")
+        if row is None:
+            known = (
+                ", ".join(Engine.objects.order_by("name").values_list("name", flat=True)) or "none"
+            )
+            errors.append(
+                FieldError(
+                    f"engine[{index}].name",
+                    f"no registered engine named {engine.name!r} (registered: {known})",
+                )
+            )
+            continue
+        engines.append(
+            dataclasses.replace(
+                engine,
+                url=row.url,
+                role=EngineRole(row.role),
+                max_num_seqs=engine.max_num_seqs or row.max_num_seqs,
+            )
+        )
+        names.append(row.name)
+    if errors:
+        raise ConfigError(errors)
+    return dataclasses.replace(config, engines=tuple(engines)), names
+
+
+def run_config_check(document: object, *, check_engines: bool = True) -> RunConfig:
+    """Every check a run's config must pass before anything starts: the schema, registered
+    engine names, and (unless told not to) that each engine answers and serves the model."""
+    config, names = resolve_engines(parse_run_config(document))
+    if check_engines:
+        asyncio.run(_preflight(config, names))
+    return config
+
+
+async def _preflight(config: RunConfig, names: list[str | None]) -> str:
+    from workers.runtime.engines import engine_specs, preflight
+
+    async with httpx.AsyncClient() as http:
+        return await preflight(config, engine_specs(config.engines, names), http)
+
+
+def run_create(
+    *, document: Mapping[str, Any], created_by: AbstractBaseUser | None, check_engines: bool = True
+) -> Run:
+    """Store a checked run and queue it; ConfigError with every field error otherwise."""
+    config = run_config_check(document, check_engines=check_engines)
+    with transaction.atomic():
+        run = Run.objects.create(
+            name=config.name,
+            config=dict(document),
+            created_by=created_by,
+            state=RunState.QUEUED,
+            enqueued_at=timezone.now(),
+        )
+        run_id = run.pk
+        transaction.on_commit(lambda: enqueue(run_id))
+    return run
+
+
+def enqueue(run_id: int) -> None:
+    """Send the run's task; a run already hosted makes the task exit at once."""
+    from workers.tasks import run_execute
+
+    run_execute.delay(run_id)
+
+
+def override_create(
+    *,
+    run: Run,
+    created_by: AbstractBaseUser | None,
+    mode: str,
+    cap: int | None = None,
+    ttl_s: float | None = None,
+    reason: str = "",
+) -> Override:
+    """Store an operator's command and wake the run's worker; a run without a worker takes
+    cap commands when it next starts, and pause, resume and stop change its state here."""
+    _check_command(mode, cap, ttl_s)
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.is_ended:
+            raise CommandRefused(
+                f"run {locked.pk} has ended ({locked.state}); it takes no commands"
+            )
+        override = Override.objects.create(
+            run=locked, created_by=created_by, mode=mode, cap=cap, ttl_s=ttl_s, reason=reason
+        )
+        hosted = locked.state in (RunState.RUNNING, RunState.STOPPING)
+        if mode in (OverrideMode.PAUSE, OverrideMode.RESUME, OverrideMode.STOP):
+            _change_state(locked, override, hosted)
+        run_id, override_id = locked.pk, override.pk
+        if hosted:
+            transaction.on_commit(lambda: publish_control(run_id, "override", id=override_id))
+    run.refresh_from_db()
+    return override
+
+
+def _check_command(mode: str, cap: int | None, ttl_s: float | None) -> None:
+    if mode not in OverrideMode.values:
+        raise CommandRefused(f"mode must be one of {', '.join(OverrideMode.values)}, got {mode!r}")
+    needs_cap = mode in (OverrideMode.PIN, OverrideMode.SET)
+    if needs_cap and cap is None:
+        raise CommandRefused(f"{mode} needs a cap")
+    if not needs_cap and cap is not None:
+        raise CommandRefused(f"{mode} takes no cap")
+    if (mode == OverrideMode.PIN) != (ttl_s is not None):
+        raise CommandRefused("a pin needs ttl_s, and only a pin takes one")
+    if cap is not None and not 1 <= cap <= MAX_OVERRIDE_CAP:
+        raise CommandRefused(f"cap must be in [1, {MAX_OVERRIDE_CAP}], got {cap}")
+    if ttl_s is not None and not 0 < ttl_s <= MAX_PIN_TTL_S:
+        raise CommandRefused(f"ttl_s must be in (0, {MAX_PIN_TTL_S:g}] seconds, got {ttl_s}")
+
+
+def _change_state(run: Run, override: Override, hosted: bool) -> None:
+    """Pause, resume and stop where they act on the stored run; a hosted run's worker acts on
+    the message and records the outcome."""
+    mode, now = override.mode, timezone.now()
+    if mode == OverrideMode.RESUME:
+        if run.state != RunState.PAUSED:
+            raise CommandRefused(f"run {run.pk} is {run.state}, not paused: nothing to resume")
+        run.state, run.enqueued_at = RunState.QUEUED, now
+        run.save(update_fields=["state", "enqueued_at", "updated_at"])
+        run_id = run.pk
+        transaction.on_commit(lambda: enqueue(run_id))
+        _applied(override, now)
+    elif mode == OverrideMode.PAUSE:
+        if run.state == RunState.PAUSED:
+            raise CommandRefused(f"run {run.pk} is paused already")
+        if not hosted:
+            run.state = RunState.PAUSED
+            run.save(update_fields=["state", "updated_at"])
+            _applied(override, now)
+    elif hosted:  # stop a running run: its worker winds it down
+        run.state = RunState.STOPPING
+        run.save(update_fields=["state", "updated_at"])
+    else:
+        run.state, run.finished_at = RunState.CANCELLED, now
+        run.error = f"stopped by an operator before it ran: {override.reason}".rstrip(": ")
+        run.save(update_fields=["state", "finished_at", "error", "updated_at"])
+        _applied(override, now)
+
+
+def _applied(override: Override, at: Any) -> None:
+    override.applied_at = at
+    override.save(update_fields=["applied_at"])
+
+
+def step_acknowledge(*, run: Run, step: int, policy_version: int) -> tuple[StepRecord, bool]:
+    """The trainer has trained on ``step`` and serves ``policy_version``; (the record, whether
+    this call acknowledged it). A repeated acknowledgement with the same version changes
+    nothing; one for a step not written yet, or with another version, is refused."""
+    with transaction.atomic():
+        record = StepRecord.objects.select_for_update().filter(run=run, step=step).first()
+        if record is None:
+            raise CommandRefused(f"step {step} of run {run.pk} is not written yet")
+        if record.acked_at is not None:
+            if record.acked_version != policy_version:
+                raise CommandRefused(
+                    f"step {step} was acknowledged with policy version {record.acked_version}, "
+                    f"not {policy_version}"
+                )
+            return record, False
+        if policy_version < record.policy_version:
+            raise CommandRefused(
+                f"policy version {policy_version} is behind the step's own "
+                f"({record.policy_version})"
+            )
+        record.acked_at, record.acked_version = timezone.now(), policy_version
+        record.save(update_fields=["acked_at", "acked_version"])
+        run_id = run.pk
+        transaction.on_commit(lambda: publish_control(run_id, "ack", step=step))
+    return record, True
+
+
+def engine_register(
+    *, name: str, url: str, role: str = "unified", max_num_seqs: int | None = None
+) -> Engine:
+    """Create or update an engine by name (the run command registers its simulated ones);
+    ValidationError, with nothing saved, for a bad name, URL or role."""
+    engine = Engine.objects.filter(name=name).first() or Engine(name=name)
+    engine.url, engine.role, engine.max_num_seqs = url, role, max_num_seqs
+    engine.full_clean()
+    engine.save()
+    return engine

@@ -1,0 +1,173 @@
+"""Real parts for the tests of hosted runs: simulated engines as their own processes, Celery
+workers on the test database and a queue of their own, and waiting on what they write."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from django.db import connection
+
+from tests.conftest import REPO_ROOT, VENV_BIN, free_port, stop_process_group
+
+T = TypeVar("T")
+STARTUP_S = 60.0
+
+
+@dataclass(frozen=True)
+class SimEngine:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+
+@dataclass(frozen=True)
+class DbWorker:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def sim_engines(folder: Path, count: int, *flags: str) -> Iterator[list[SimEngine]]:
+    """``count`` simulator processes on free ports, healthy on entry, gone on exit."""
+    started: list[SimEngine] = []
+    try:
+        for index in range(count):
+            port = free_port()
+            log_path = folder / f"sim-{index}.log"
+            with log_path.open("wb") as log:
+                process = subprocess.Popen(
+                    [
+                        str(VENV_BIN / "python"),
+                        "-m",
+                        "inference.sim",
+                        "--port",
+                        str(port),
+                        "--seed",
+                        str(index + 1),
+                        *flags,
+                    ],
+                    cwd=REPO_ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            started.append(SimEngine(f"http://127.0.0.1:{port}", process, log_path))
+        for engine in started:
+            wait_for(lambda e=engine: _healthy(e), STARTUP_S, f"simulator {engine.url}")
+        yield started
+    finally:
+        for engine in started:
+            stop_process_group(engine.process)
+
+
+def _healthy(engine: SimEngine) -> bool:
+    assert engine.process.poll() is None, engine.log_path.read_text()[-2000:]
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"{engine.url}/health", timeout=1.0).status_code == 200
+    return False
+
+
+def session_database_url() -> str:
+    """The URL of the database pytest-django made for this session, for worker processes."""
+    assert connection.vendor == "postgresql", (
+        "worker processes need a database server: run under ./scripts/test, which sets "
+        "DATABASE_URL to PostgreSQL"
+    )
+    s = connection.settings_dict
+    return f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+def start_worker(folder: Path, name: str, queue: str, runs_dir: Path) -> DbWorker:
+    """A real Celery worker process on the test database, consuming ``queue`` only."""
+    log_path = folder / f"worker-{name}.log"
+    env = {
+        **os.environ,
+        "DATABASE_URL": session_database_url(),
+        "PACER_CELERY_QUEUE": queue,
+        "PACER_RUNS_DIR": str(runs_dir),
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                str(VENV_BIN / "celery"),
+                "-A",
+                "workers.celery",
+                "worker",
+                "-Q",
+                queue,
+                "-n",
+                f"{name}-{queue}@%h",
+                "--concurrency",
+                "2",
+                "-l",
+                "INFO",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    worker = DbWorker(name, process, log_path)
+    wait_for(
+        lambda: b"ready." in log_path.read_bytes() or process.poll() is not None,
+        STARTUP_S,
+        "worker",
+    )
+    assert process.poll() is None, worker.log()[-3000:]
+    return worker
+
+
+def stop_worker(worker: DbWorker) -> None:
+    stop_process_group(worker.process, grace_seconds=30.0)
+
+
+def wait_for(condition: Callable[[], T], timeout: float, what: str, every: float = 0.2) -> T:
+    """``condition()``'s first truthy value within ``timeout`` seconds; fails naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
+
+
+def run_document(engines: list[SimEngine], **top: Any) -> dict[str, Any]:
+    """A small multi-turn run on ``engines``: quick steps, fast polls."""
+    document: dict[str, Any] = {
+        "name": "hosted",
+        "batch_size": 16,
+        "group_size": 4,
+        "max_steps": 5,
+        "concurrency": {
+            "policy": "pacer",
+            "max_inflight": 128,
+            "poll_interval_s": 0.5,
+            "pacing": {"window": 0.5},  # the cap fills in seconds, not minutes
+        },
+        "env": [
+            {
+                "name": "multiturn",
+                "args": {"turns": 2, "prompt_tokens": 64, "observation_tokens": 32},
+                "sampling": {"max_tokens": 32},
+            }
+        ],
+        "engine": [{"url": engine.url} for engine in engines],
+        "wandb": {"mode": "disabled"},
+    }
+    document.update(top)
+    return document
