@@ -6,6 +6,7 @@ import os
 import socket
 
 from celery import Task
+from celery.exceptions import Reject
 
 from workers.celery import app
 
@@ -20,6 +21,8 @@ def ping(token: str) -> dict[str, str | int]:
 def run_execute(self: Task, run_id: int) -> str:
     """Host a run until it ends or is handed back. Idempotent: a second delivery while a live
     host holds the run's lease, or after the run ended, returns at once."""
-    from workers.runtime.host import host_run
+    from workers.runtime.host import SHUTDOWN, host_run
 
+    if SHUTDOWN.is_set():  # a worker shutting down hands runs on, it takes none
+        raise Reject(f"run {run_id}: this worker is shutting down", requeue=True)
     return host_run(run_id, owner=f"{self.request.hostname}/{self.request.id}")

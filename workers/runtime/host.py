@@ -109,6 +109,8 @@ class Host:
         connections = config.concurrency.controller.max_inflight + CONNECTIONS_SPARE
         async with engine_http_client(connections) as http:
             model = await self._model(config, specs, http)
+            if model is None and SHUTDOWN.is_set():
+                return await self._hand_back()
             if model is None:
                 return await self._end(RunState.FAILED, self._failure)
             return await self._drive(run, config, specs, names, model, http)
@@ -119,7 +121,9 @@ class Host:
             try:
                 return await preflight(config, specs, http)
             except ConfigError as refused:
-                if waited >= ENGINE_PATIENCE_S or SHUTDOWN.is_set():
+                if SHUTDOWN.is_set():
+                    return None  # not the run's fault: the next worker tries again
+                if waited >= ENGINE_PATIENCE_S:
                     self._failure = f"the engines are not ready: {refused}"
                     return None
                 logger.warning("host: engines not ready (%s); retrying", refused)
@@ -283,8 +287,7 @@ class Host:
         elif result.reason == LEASE_LOST:
             return LEASE_LOST
         elif result.reason == WORKER_SHUTDOWN:
-            outcome = await self._end(RunState.QUEUED, "", enqueued_at=timezone.now())
-            await asyncio.get_running_loop().run_in_executor(None, enqueue, self.run_id)
+            outcome = await self._hand_back()
         elif result.reason == PAUSED_BY_OPERATOR:
             outcome = await self._end(RunState.PAUSED, "")
         else:
@@ -293,6 +296,12 @@ class Host:
             )
         for override_id in ending:
             await self.call(store.settle_override, override_id)
+        return outcome
+
+    async def _hand_back(self) -> str:
+        """Queue the run for the next worker at once, its state stored."""
+        outcome = await self._end(RunState.QUEUED, "", enqueued_at=timezone.now())
+        await asyncio.get_running_loop().run_in_executor(None, enqueue, self.run_id)
         return outcome
 
     async def _end(self, state: RunState, error: str, **fields: Any) -> str:
