@@ -34,9 +34,9 @@ from workers.core.config.run import EnvSettings, RunConfig
 from workers.core.control_loop import ControlLoop, Poll, Steering
 from workers.core.decisions import Decision
 from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
-from workers.core.dispatch.permits import EpisodeKind, PermitOutcome
+from workers.core.dispatch.permits import EpisodeKind
 from workers.core.environments.base import EngineClient, Episode, Session
-from workers.core.orchestrator.batches import Batch, StepReport, mean_and_std
+from workers.core.orchestrator.batches import Batch
 from workers.core.orchestrator.groups import EpisodeSpec, GroupBook, OpenGroup, Wave
 from workers.core.orchestrator.ports import (
     Acknowledgements,
@@ -44,6 +44,8 @@ from workers.core.orchestrator.ports import (
     QuietReporter,
     RunReporter,
 )
+from workers.core.orchestrator.steps import StepTally
+from workers.core.orchestrator.trainer import RunFailed, acknowledged
 from workers.core.orchestrator.waves import derive_seed, wave_decision, wave_groups, wave_report
 
 logger = logging.getLogger(__name__)
@@ -73,24 +75,6 @@ class RunResult:
     reason: str
     step: int  # the last step written
     policy_version: int
-
-
-class RunFailed(Exception):
-    """The run cannot go on; the message is the reason shown to operators."""
-
-
-@dataclass(slots=True)
-class _StepTally:
-    """What happened to episodes since the last step was written."""
-
-    started_at: float
-    generated_tokens: int = 0
-    finished_train: int = 0
-    finished_eval: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    dropped_groups: int = 0
-    last_error: str | None = None
 
 
 class Orchestrator:
@@ -143,7 +127,7 @@ class Orchestrator:
         self._accepting = False
         self._stop_reason: str | None = None
         self._changed = asyncio.Event()
-        self._tally = _StepTally(clock.now())
+        self._tally = StepTally(clock.now())
 
     @property
     def loop(self) -> ControlLoop[EpisodeSpec, Episode]:
@@ -174,7 +158,7 @@ class Orchestrator:
         flight is cancelled on the way out (their engine requests aborted)."""
         written = self._writer.written_steps()
         self._step = max(self._step, max(written, default=0))
-        self._tally = _StepTally(self._clock.now())
+        self._tally = StepTally(self._clock.now())
         try:
             async with self._loop:
                 self._accepting = True
@@ -214,30 +198,20 @@ class Orchestrator:
 
     async def _write_step(self, step: int) -> None:
         samples = self._book.take(self.config.batch_size)
-        batch = Batch(step, self._version, tuple(samples))
-        path = await asyncio.to_thread(self._writer.write, batch)
+        path = await asyncio.to_thread(
+            self._writer.write, Batch(step, self._version, tuple(samples))
+        )
         now = self._clock.now()
-        tally, self._tally = self._tally, _StepTally(now)
-        rewards = [sample.episode.reward for sample in samples]
-        reward_mean, reward_std = mean_and_std(rewards)
+        tally, self._tally = self._tally, StepTally(now)
         self._step = step
-        report = StepReport(
+        dispatcher = self._loop.dispatcher
+        report = tally.report(
             step=step,
-            started_at=tally.started_at,
             written_at=now,
             policy_version=self._version,
-            episodes=len(samples),
-            tokens=sum(sample.episode.tokens for sample in samples),
-            reward_mean=reward_mean,
-            reward_std=reward_std,
-            generated_tokens=tally.generated_tokens,
-            finished_train=tally.finished_train,
-            finished_eval=tally.finished_eval,
-            failed=tally.failed,
-            cancelled=tally.cancelled,
-            dropped_groups=tally.dropped_groups,
-            cap=self._loop.dispatcher.cap,
-            inflight=self._loop.dispatcher.inflight,
+            samples=samples,
+            cap=dispatcher.cap,
+            inflight=dispatcher.inflight,
             path=path,
         )
         if tally.failed:
@@ -249,40 +223,16 @@ class Orchestrator:
     async def _acknowledged(self, step: int) -> int | None:
         """The version the trainer reports for ``step``; None when stopped while waiting."""
         assert self._acks is not None
-        timeout = self.config.trainer.ack_timeout_s
-        ack = asyncio.ensure_future(self._acks.wait(step))
-        try:
-            done = await self._first(ack, timeout)
-        finally:
-            ack.cancel()
-        if not done:
-            if self._stop_reason is not None:
-                return None
-            raise RunFailed(f"the trainer did not acknowledge step {step} within {timeout:g} s")
-        version = ack.result()
-        if version < self._version:
-            raise RunFailed(
-                f"the trainer acknowledged step {step} with policy version {version}, "
-                f"behind the current {self._version}"
-            )
-        return version
+        return await acknowledged(
+            self._acks,
+            step,
+            timeout=self.config.trainer.ack_timeout_s,
+            clock=self._clock,
+            stopped=self._stopped,
+            current_version=self._version,
+        )
 
-    async def _first(self, ack: asyncio.Future[int], timeout: float) -> bool:
-        """Whether ``ack`` finished before ``timeout`` seconds on the run's clock and before a
-        stop; its exception, if it raised, is raised here."""
-        stopped = asyncio.ensure_future(self._changed_until_stop())
-        expiry = asyncio.ensure_future(self._clock.sleep(timeout))
-        try:
-            await asyncio.wait({ack, stopped, expiry}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-            expiry.cancel()
-        if ack.done():
-            ack.result()
-            return True
-        return False
-
-    async def _changed_until_stop(self) -> None:
+    async def _stopped(self) -> None:
         while self._stop_reason is None:
             self._changed.clear()
             await self._changed.wait()
@@ -386,18 +336,7 @@ class Orchestrator:
 
     def _finished(self, finished: FinishedEpisode[EpisodeSpec, Episode]) -> None:
         tally = self._tally
-        kind = finished.ticket.kind
-        if finished.outcome is PermitOutcome.COMPLETED and finished.result is not None:
-            tally.generated_tokens += finished.result.tokens
-            if kind is EpisodeKind.TRAIN:
-                tally.finished_train += 1
-            else:
-                tally.finished_eval += 1
-        elif finished.outcome is PermitOutcome.FAILED:
-            tally.failed += 1
-            tally.last_error = f"{type(finished.error).__name__}: {finished.error}"
-        else:
-            tally.cancelled += 1
+        tally.count(finished)
         ended = self._book.ended(finished)
         if ended.broken_group is not None:
             tally.dropped_groups += 1
