@@ -26,6 +26,7 @@ from inference.metrics.errors import (
     ScrapeBadFormat,
     ScrapeConnectionError,
     ScrapeHttpStatus,
+    ScrapeRefused,
     ScrapeTimeout,
     ScrapeTooLarge,
 )
@@ -124,6 +125,8 @@ class MetricsClient:
             raise ScrapeTimeout(f"{url}: {phase} timed out") from exc
         except httpx.DecodingError as exc:
             raise ScrapeBadFormat(f"{url}: body cannot be decoded: {exc}") from exc
+        except httpx.ConnectError as exc:
+            raise ScrapeRefused(f"{url}: {type(exc).__name__}: {exc}") from exc
         except (httpx.TransportError, httpx.InvalidURL) as exc:
             raise ScrapeConnectionError(f"{url}: {type(exc).__name__}: {exc}") from exc
 

@@ -7,6 +7,7 @@ stale with a readable reason and go on with the others::
     ├── ScrapeTimeout              a phase (connect, read, write, pool) or the whole scrape
     │                              ran out of time
     ├── ScrapeConnectionError      refused, reset, or broken mid-response
+    │   └── ScrapeRefused          nothing accepts connections there: the engine is not running
     ├── ScrapeHttpStatus           the engine answered, but not with 2xx
     ├── ScrapeTooLarge             the body grew past the configured cap; reading stopped there
     └── ScrapeBadFormat            not a vLLM exposition (HTML page, empty body, parse error,
@@ -26,6 +27,11 @@ class ScrapeTimeout(ScrapeError):
 
 class ScrapeConnectionError(ScrapeError):
     """The connection was refused, reset or broken before the body was read."""
+
+
+class ScrapeRefused(ScrapeConnectionError):
+    """The connection could not be made at all (refused, unreachable): unlike a slow or
+    failing engine, one whose process is gone; the monitor marks it down at once."""
 
 
 class ScrapeHttpStatus(ScrapeError):

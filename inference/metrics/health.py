@@ -67,11 +67,18 @@ def succeeded(status: EndpointStatus, now: float) -> EndpointStatus:
     )
 
 
-def failed(status: EndpointStatus, now: float, error: str, config: HealthConfig) -> EndpointStatus:
+def failed(
+    status: EndpointStatus, now: float, error: str, config: HealthConfig, *, refused: bool = False
+) -> EndpointStatus:
+    """A failed scrape: STALE while its last numbers are young, DOWN past ``down_after_s``,
+    and DOWN at once when ``refused`` (nothing listens: the engine's process is gone, so
+    its in-flight requests are lost and new groups must go elsewhere now, not in 30 s)."""
     failures = status.consecutive_failures + 1
     return replace(
         status,
-        health=without_success(status.last_success_at, now, config),
+        health=EngineHealth.DOWN
+        if refused
+        else without_success(status.last_success_at, now, config),
         last_attempt_at=now,
         error=error,
         consecutive_failures=failures,
@@ -80,10 +87,12 @@ def failed(status: EndpointStatus, now: float, error: str, config: HealthConfig)
 
 
 def skipped(status: EndpointStatus, now: float, config: HealthConfig) -> EndpointStatus:
-    """A poll that left the endpoint alone while it backs off: only its age changes."""
+    """A poll that left the endpoint alone while it backs off: only its age changes, and an
+    endpoint down stays down until a scrape succeeds."""
+    aged = without_success(status.last_success_at, now, config)
     return replace(
         status,
-        health=without_success(status.last_success_at, now, config),
+        health=EngineHealth.DOWN if status.health is EngineHealth.DOWN else aged,
         polls_to_skip=status.polls_to_skip - 1,
     )
 

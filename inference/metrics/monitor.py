@@ -30,7 +30,7 @@ from inference.metrics import health
 from inference.metrics.client import MetricsClient
 from inference.metrics.deltas import ReadingDelta, reading_delta, restarted
 from inference.metrics.endpoints import EngineSpec
-from inference.metrics.errors import ScrapeError
+from inference.metrics.errors import ScrapeError, ScrapeRefused
 from inference.metrics.health import EndpointStatus, HealthConfig
 from inference.metrics.parse import parse_exposition
 from inference.metrics.readings import EngineReading
@@ -38,7 +38,7 @@ from inference.metrics.sampling import load_sample, stale_sample, unreached_samp
 from inference.metrics.stats import DashboardStats, engine_stats, pool_stats
 from inference.metrics.warnings import MonitorWarning, WarningConfig, WarningTracker
 from workers.core.clock import Clock
-from workers.core.samples import LoadSample
+from workers.core.samples import EngineHealth, LoadSample
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ class _Outcome:
     scraped_at: float
     readings: dict[str, EngineReading] | None  # None when the scrape failed
     error: str = ""  # why it failed
+    refused: bool = False  # it failed because nothing accepts connections: the engine is gone
     max_model_len: int | None = None
     models_error: str | None = None
 
@@ -149,7 +150,9 @@ class EngineMonitor:
             text = await self._client.metrics_text(spec.base_url)
             readings = parse_exposition(text, spec.name)
         except ScrapeError as exc:
-            return _Outcome(self._clock.now(), None, _why(exc))
+            return _Outcome(
+                self._clock.now(), None, _why(exc), refused=isinstance(exc, ScrapeRefused)
+            )
         except Exception as exc:
             logger.exception("monitor: scrape of %s failed unexpectedly", spec.name)
             return _Outcome(self._clock.now(), None, _why(exc))
@@ -200,9 +203,16 @@ class EngineMonitor:
         else:
             at = outcome.scraped_at
             memory = self._remember_models(spec, outcome)
-            memory.status = health.failed(memory.status, at, outcome.error, self._config.health)
+            memory.status = health.failed(
+                memory.status, at, outcome.error, self._config.health, refused=outcome.refused
+            )
         if not memory.samples:
             return [unreached_sample(spec, now, memory.status.health, memory.max_model_len)]
+        if memory.status.health is EngineHealth.DOWN:  # refused: every rank is gone with it
+            return [
+                stale_sample(sample, EngineHealth.DOWN, memory.max_model_len)
+                for sample in memory.samples.values()
+            ]
         return [self._aged(sample, at, memory.max_model_len) for sample in memory.samples.values()]
 
     def _aged(self, last: LoadSample, now: float, max_model_len: int | None) -> LoadSample:

@@ -94,13 +94,17 @@ class Commands:
             await client.aclose()
 
     async def apply_pending(self) -> None:
-        pending = await self._call(store.pending_overrides, self.run_id)
-        self._applied &= {override.pk for override in pending}  # settled ones are forgotten
-        for override in pending:
-            if override.pk in self.ending or override.pk in self._applied:
-                continue
-            self._applied.add(override.pk)
-            await self._apply(override)
+        """Apply what is stored and not yet applied; the database away only delays it."""
+        try:
+            pending = await self._call(store.pending_overrides, self.run_id)
+            self._applied &= {override.pk for override in pending}  # settled: forgotten
+            for override in pending:
+                if override.pk in self.ending or override.pk in self._applied:
+                    continue
+                self._applied.add(override.pk)
+                await self._apply(override)
+        except Exception:
+            logger.warning("commands: stored commands unreachable for now", exc_info=True)
 
     async def _apply(self, override: Override) -> None:
         mode = override.mode
@@ -157,7 +161,11 @@ class DbAcks:
 
     async def wait(self, step: int) -> int:
         while True:
-            version = await self._call(store.acked_version, self.run_id, step)
+            try:
+                version = await self._call(store.acked_version, self.run_id, step)
+            except Exception:  # the database away: the trainer's timeout still runs
+                logger.warning("acks: acknowledgements unreadable for now", exc_info=True)
+                version = None
             if version is not None:
                 return version
             self._changed.clear()

@@ -25,7 +25,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from controlplane.runs.consumers import run_group_name
@@ -87,8 +87,11 @@ class Host:
         self._failure = ""  # why the engines could not be used, when they could not
 
     async def call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
+        """``function`` in the run's database thread; a database error closes that thread's
+        connection before it is raised, so the next call connects afresh (Django reconnects
+        only between requests, and a worker has none)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._db, lambda: function(*args, **kwargs))
+        return await loop.run_in_executor(self._db, _reconnecting, function, args, kwargs)
 
     async def run(self) -> str:
         try:
@@ -318,6 +321,14 @@ class Host:
         if released:
             await _send_state(self.run_id, state, error)
         return f"run {self.run_id} {state}" + (f": {error}" if error else "")
+
+
+def _reconnecting(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        return function(*args, **kwargs)
+    except DatabaseError:
+        connection.close()
+        raise
 
 
 def _close_connection() -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from controlplane.runs.consumers import run_group_name
 from controlplane.runs.models import EngineSample
@@ -174,6 +174,7 @@ class RunReporter:
                 self._db, self._write, decisions, samples, jobs, live, health
             )
         except Exception:
+            await loop.run_in_executor(self._db, _forget_connection)
             self.failed_flushes += 1
             self._events = events + self._events
             logger.exception(
@@ -312,3 +313,8 @@ def _step_event(report: StepReport, written: datetime) -> dict[str, Any]:
         "reward_mean": report.reward_mean,
         "tokens_per_second": report.tokens_per_second,
     }
+
+
+def _forget_connection() -> None:
+    """After a failed write: the next flush connects afresh (the database may be back)."""
+    connection.close()

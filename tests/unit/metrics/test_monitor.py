@@ -81,7 +81,7 @@ async def test_a_hanging_engine_costs_its_own_timeout_and_the_others_still_repor
         (lambda: httpx.Response(200, text=exposition(usage="-Inf")), "not finite"),
         (lambda: httpx.Response(200, content=b"#" * 20_000), "ScrapeTooLarge"),
         (lambda: httpx.Response(500, text="Internal Server Error"), "HTTP 500"),
-        (refuse, "ScrapeConnectionError"),
+        (refuse, "ScrapeRefused"),
     ],
 )
 async def test_bad_input_fails_that_engine_with_a_clear_error_and_others_flow(
@@ -167,7 +167,7 @@ async def test_a_stale_engine_keeps_its_last_gauges_with_zero_deltas() -> None:
         clock.advance(5.0)
         engines.serve("e", exposition(usage=0.75, preemptions=4))
         good = by_id(await monitor.poll())["e/0"]
-        engines.metrics["e"] = refuse
+        engines.metrics["e"] = failing
         clock.advance(5.0)
         stale = by_id(await monitor.poll())["e/0"]
     assert good.num_preemptions == 3
@@ -179,6 +179,32 @@ async def test_a_stale_engine_keeps_its_last_gauges_with_zero_deltas() -> None:
     assert stale.num_preemptions == 0
 
 
+def failing() -> httpx.Response:
+    """An engine that answers, but not with numbers: its scrape fails, it is not gone."""
+    return httpx.Response(503, text="Service Unavailable")
+
+
+async def test_a_refused_engine_is_down_at_once_and_stays_down_until_it_answers() -> None:
+    """A refused connection means the process is gone: its requests are lost, and new groups
+    must go elsewhere on this poll, not once its numbers are 30 s old."""
+    engines, clock = Engines(), ManualClock(1000.0)
+    engines.serve("e", exposition(usage=0.5))
+    client, monitor = build(engines, [spec("e")], clock)
+    async with client:
+        await monitor.poll()
+        engines.metrics["e"] = refuse
+        healths = []
+        for _ in range(4):  # the failed poll, then two skipped by the backoff, then a retry
+            clock.advance(5.0)
+            healths.append(by_id(await monitor.poll())["e/0"].health)
+        engines.serve("e", exposition(usage=0.25))
+        for _ in range(4):
+            clock.advance(5.0)
+            back = by_id(await monitor.poll())["e/0"]
+    assert healths == [EngineHealth.DOWN] * 4
+    assert (back.health, back.kv_usage) == (EngineHealth.UP, 0.25)
+
+
 async def test_a_failing_engine_is_retried_with_backoff_and_turns_down() -> None:
     engines, clock = Engines(), ManualClock(1000.0)
     engines.serve("e", exposition())
@@ -187,7 +213,7 @@ async def test_a_failing_engine_is_retried_with_backoff_and_turns_down() -> None
     healths = []
     async with client:
         await monitor.poll()
-        engines.metrics["e"] = refuse
+        engines.metrics["e"] = failing
         for _ in range(8):
             clock.advance(5.0)
             healths.append((await monitor.poll()).endpoints[0].health)
@@ -266,7 +292,7 @@ async def test_a_missing_rank_turns_down_past_the_bound_even_while_its_endpoint_
         for _ in range(3):
             clock.advance(5.0)
             rank1.append(by_id(await monitor.poll())["dp/1"].health)
-        engines.metrics["dp"] = refuse
+        engines.metrics["dp"] = failing
         clock.advance(5.0)
         failed = by_id(await monitor.poll())
     assert rank1 == [EngineHealth.STALE, EngineHealth.STALE, EngineHealth.DOWN]
