@@ -19,7 +19,7 @@ import time
 import zlib
 from typing import Any
 
-from inference.engine_http import engine_http_client
+from inference.engine_http import engine_http_client, rollout_session
 from inference.metrics.client import MetricsClient
 from inference.metrics.monitor import EngineMonitor
 from inference.rollout_client import RolloutClient
@@ -142,25 +142,25 @@ async def over_http(steps: int, urls: list[str]) -> None:
     cfg = config(steps, urls)
     specs = engine_specs(cfg.engines)
     durations: list[float] = []
-    async with engine_http_client(300) as http:
+    async with engine_http_client(len(specs)) as http:
         model = await preflight(cfg, specs, http)
-        async with MetricsClient(engine_http_client(4)) as metrics:
-            clock = MonotonicClock()
-            writer = NoFiles()
-            orchestrator = Orchestrator(
-                cfg,
-                controller=cfg.concurrency.make_controller(),
-                poll=EnginePoll(EngineMonitor(specs, metrics, clock), specs),
-                engines={
-                    s.name: Timed(RolloutClient(http, base_url=s.base_url, model=model), durations)
-                    for s in specs
-                },
-                clock=clock,
-                writer=writer,
-            )
-            cpu, wall = time.process_time(), time.monotonic()
-            await orchestrator.run()
-            cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    async with rollout_session(300) as http, MetricsClient(engine_http_client(4)) as metrics:
+        clock = MonotonicClock()
+        writer = NoFiles()
+        orchestrator = Orchestrator(
+            cfg,
+            controller=cfg.concurrency.make_controller(),
+            poll=EnginePoll(EngineMonitor(specs, metrics, clock), specs),
+            engines={
+                s.name: Timed(RolloutClient(http, base_url=s.base_url, model=model), durations)
+                for s in specs
+            },
+            clock=clock,
+            writer=writer,
+        )
+        cpu, wall = time.process_time(), time.monotonic()
+        await orchestrator.run()
+        cpu, wall = time.process_time() - cpu, time.monotonic() - wall
     turn = statistics.mean(durations)
     print(f"over HTTP on {len(urls)} engines: {writer.samples} episodes kept in {wall:.1f} s")
     print(

@@ -97,17 +97,15 @@ CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
-# A run's task lives as long as the run; a worker that dies mid-run must hand it back.
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A run's task lives as long as the run, and its redelivery is the run's lease's business
+# (workers/runtime/lease.py), not the broker's: the message is acknowledged when the task
+# starts. Held unacknowledged for days, it would come back on every broker reconnect as a
+# duplicate, and kombu fails restoring it while Redis is away (the consumer then dies).
+CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Threads, not processes: a run's host lives in a task for the whole run, and on a warm
 # shutdown (SIGTERM) each host must hear of it to hand its run back, which a thread does.
 CELERY_WORKER_POOL = "threads"
-# Redis redelivers a task not acknowledged within this time; a run's task is acknowledged
-# only when the run ends, so it must outlast the longest run (a week), or a second worker
-# would pick up a run the first still drives.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7 * 24 * 3600}  # seconds
 # Keep LOGGING's handlers in the worker too: Celery's own would drop the run id from each line.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 

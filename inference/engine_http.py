@@ -1,4 +1,10 @@
-"""The HTTP client Pacer talks to engines with, for rollout turns and for metrics scrapes.
+"""The HTTP clients Pacer talks to engines with: one for rollout turns, one for scrapes.
+
+Rollout turns go through aiohttp: every episode in flight holds a connection, and httpx's pool
+scans all of its connections on every request and every response (measured on loopback
+against the simulator: 3.6 ms of client CPU per request at 10 concurrent, 14 ms at 100; aiohttp
+0.35 ms at both), which at a few hundred episodes in flight took the worker's event loop and
+delayed everything else on it. Scrapes, one per engine per poll, stay on httpx.
 
 vLLM's HTTP server closes a connection that has been idle for 5 s (its
 ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``), and httpx keeps idle connections for 5 s as well. A request
@@ -10,6 +16,7 @@ before the engine does removes the race.
 
 from __future__ import annotations
 
+import aiohttp
 import httpx
 
 from workers.core.validation import check_range
@@ -33,3 +40,18 @@ def engine_http_client(
         keepalive_expiry=keepalive_s,
     )
     return httpx.AsyncClient(limits=limits)
+
+
+def rollout_session(
+    max_connections: int, *, keepalive_s: float = KEEPALIVE_S
+) -> aiohttp.ClientSession:
+    """An ``aiohttp.ClientSession`` for rollout turns: a connection for each of
+    ``max_connections`` requests in flight, idle ones closed before the engine closes them.
+    Timeouts are per request (the rollout client sets its own); call it inside the event
+    loop that will use it."""
+    check_range("max_connections", max_connections, 1, 1_000_000)
+    check_range("keepalive_s", keepalive_s, 0.0, VLLM_KEEPALIVE_S)
+    connector = aiohttp.TCPConnector(
+        limit=max_connections, limit_per_host=0, keepalive_timeout=keepalive_s
+    )
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))

@@ -1,22 +1,22 @@
 """One turn of an episode against an OpenAI-compatible engine: a completion request in, a
 frozen record out.
 
-The HTTP client is injected and stays the caller's: one ``httpx.AsyncClient`` serves every
-episode in flight, so its connection limits must allow the in-flight cap (httpx's default
-pool holds 100 connections) and its idle connections must close before the engine's do
-(``inference.engine_http.engine_http_client`` makes such a client). Engine failures come
+The HTTP session is injected and stays the caller's: one ``aiohttp.ClientSession`` serves
+every episode in flight, so its connection limit must allow the in-flight cap and its idle
+connections must close before the engine's do (``inference.engine_http.rollout_session``
+makes such a session). Engine failures come
 back as a ``TurnResult`` with the error text, never as an exception: a failed turn is an
 outcome the controller reads (failures must never grow the cap), not a crash of the
 episode's task.
 
 Cancellation is the one thing that is raised, and it is what frees the engine. Cancelling the
-task that awaits ``complete`` raises ``CancelledError`` inside httpx, which closes the
+task that awaits ``complete`` raises ``CancelledError`` inside aiohttp, which closes the
 connection of an unfinished request; vLLM's completion route watches for the client's
 disconnect and aborts the request, freeing its KV blocks. So this module never shields the
 request and never catches ``CancelledError``. A turn that outlives ``turn_s`` is cancelled the
 same way, so a timed-out request is aborted on the engine too.
 
-    async with engine_http_client(max_connections=1024) as http:
+    async with rollout_session(max_connections=1024) as http:
         client = RolloutClient(http, base_url="http://engine-0:8000", model="policy")
         result = await client.complete(Turn(prompt="2 + 2 =", max_tokens=16))
 """
@@ -24,12 +24,13 @@ same way, so a timed-out request is aborted on the engine too.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 from workers.core.turns import Turn, TurnResult
 from workers.core.validation import check_range
@@ -55,9 +56,9 @@ class RolloutConfig:
         check_range("max_error_chars", self.max_error_chars, 16, 1_000_000)
 
     @property
-    def timeout(self) -> httpx.Timeout:
-        """Per-phase limits; reading the answer is bounded by ``turn_s`` as a whole instead."""
-        return httpx.Timeout(connect=self.connect_s, write=self.connect_s, read=None, pool=None)
+    def timeout(self) -> aiohttp.ClientTimeout:
+        """The connect limit; the answer, queueing included, is bounded by ``turn_s``."""
+        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect_s)
 
 
 class TokenizeError(Exception):
@@ -69,7 +70,7 @@ class RolloutClient:
 
     def __init__(
         self,
-        http: httpx.AsyncClient,
+        http: aiohttp.ClientSession,
         *,
         base_url: str,
         model: str,
@@ -120,16 +121,19 @@ class RolloutClient:
     async def _post(self, url: str, body: Mapping[str, Any], what: str) -> Any:
         """The answer's JSON, or the text of why there is none; only cancellation raises."""
         try:
-            async with asyncio.timeout(self._config.turn_s):
-                response = await self._http.post(url, json=body, timeout=self._config.timeout)
+            async with (
+                asyncio.timeout(self._config.turn_s),
+                self._http.post(url, json=body, timeout=self._config.timeout) as response,
+            ):
+                status, reason, text = response.status, response.reason, await response.text()
         except TimeoutError:
             return f"no answer within {self._config.turn_s:g} s; request aborted"
-        except httpx.RequestError as exc:  # timeouts, refused or reset connections, bad bodies
+        except (aiohttp.ClientError, UnicodeDecodeError) as exc:  # refused, reset, bad body
             return f"{type(exc).__name__}: {exc}"
-        if not response.is_success:
-            return f"HTTP {response.status_code} {response.reason_phrase}: {response.text}"
+        if not 200 <= status < 300:
+            return f"HTTP {status} {reason}: {text}"
         try:
-            return response.json()
+            return json.loads(text)
         except ValueError as exc:
             return f"malformed {what} response, not JSON: {exc}"
 

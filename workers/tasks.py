@@ -6,7 +6,6 @@ import os
 import socket
 
 from celery import Task
-from celery.exceptions import Reject
 
 from workers.celery import app
 
@@ -17,12 +16,15 @@ def ping(token: str) -> dict[str, str | int]:
     return {"token": token, "hostname": socket.gethostname(), "pid": os.getpid()}
 
 
-@app.task(name="workers.run_execute", bind=True, acks_late=True, reject_on_worker_lost=True)
+@app.task(name="workers.run_execute", bind=True)
 def run_execute(self: Task, run_id: int) -> str:
     """Host a run until it ends or is handed back. Idempotent: a second delivery while a live
-    host holds the run's lease, or after the run ended, returns at once."""
+    host holds the run's lease, or after the run ended, returns at once. The message is
+    acknowledged on receipt: a run whose worker dies is queued again by the lease's sweep."""
+    from controlplane.runs.services import enqueue
     from workers.runtime.host import SHUTDOWN, host_run
 
-    if SHUTDOWN.is_set():  # a worker shutting down hands runs on, it takes none
-        raise Reject(f"run {run_id}: this worker is shutting down", requeue=True)
+    if SHUTDOWN.is_set():  # a worker shutting down hands runs on; it takes none
+        enqueue(run_id)
+        return f"run {run_id}: this worker is shutting down; the task is sent again"
     return host_run(run_id, owner=f"{self.request.hostname}/{self.request.id}")

@@ -40,36 +40,36 @@ class DbWorker:
 
 @contextlib.contextmanager
 def sim_engines(folder: Path, count: int, *flags: str) -> Iterator[list[SimEngine]]:
-    """``count`` simulator processes on free ports, healthy on entry, gone on exit."""
+    """``count`` simulator processes on free ports, healthy on entry, gone on exit (the list
+    may change meanwhile: a test replaces a killed engine by ``start_sim`` on its port)."""
     started: list[SimEngine] = []
     try:
         for index in range(count):
-            port = free_port()
-            log_path = folder / f"sim-{index}.log"
-            with log_path.open("wb") as log:
-                process = subprocess.Popen(
-                    [
-                        str(VENV_BIN / "python"),
-                        "-m",
-                        "inference.sim",
-                        "--port",
-                        str(port),
-                        "--seed",
-                        str(index + 1),
-                        *flags,
-                    ],
-                    cwd=REPO_ROOT,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            started.append(SimEngine(f"http://127.0.0.1:{port}", process, log_path))
+            started.append(start_sim(folder / f"sim-{index}.log", free_port(), index + 1, *flags))
         for engine in started:
-            wait_for(lambda e=engine: _healthy(e), STARTUP_S, f"simulator {engine.url}")
+            wait_healthy(engine)
         yield started
     finally:
         for engine in started:
             stop_process_group(engine.process)
+
+
+def start_sim(log_path: Path, port: int, seed: int, *flags: str) -> SimEngine:
+    """One simulator process on ``port``; ``wait_healthy`` it before use."""
+    command = [str(VENV_BIN / "python"), "-m", "inference.sim", "--port", str(port)]
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [*command, "--seed", str(seed), *flags],
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return SimEngine(f"http://127.0.0.1:{port}", process, log_path)
+
+
+def wait_healthy(engine: SimEngine) -> None:
+    wait_for(lambda: _healthy(engine), STARTUP_S, f"simulator {engine.url}")
 
 
 def _healthy(engine: SimEngine) -> bool:
@@ -79,24 +79,29 @@ def _healthy(engine: SimEngine) -> bool:
     return False
 
 
-def session_database_url() -> str:
-    """The URL of the database pytest-django made for this session, for worker processes."""
+def session_database_url(port: int | None = None) -> str:
+    """The URL of the database pytest-django made for this session, for worker processes;
+    through ``port`` on the same host instead of the server's own (a proxy), if given."""
     assert connection.vendor == "postgresql", (
         "worker processes need a database server: run under ./scripts/test, which sets "
         "DATABASE_URL to PostgreSQL"
     )
     s = connection.settings_dict
-    return f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+    return f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{port or s['PORT']}/{s['NAME']}"
 
 
-def start_worker(folder: Path, name: str, queue: str, runs_dir: Path) -> DbWorker:
-    """A real Celery worker process on the test database, consuming ``queue`` only."""
+def start_worker(
+    folder: Path, name: str, queue: str, runs_dir: Path, **env_overrides: str
+) -> DbWorker:
+    """A real Celery worker process on the test database, consuming ``queue`` only;
+    ``env_overrides`` (a proxied DATABASE_URL, another REDIS_URL) win over the defaults."""
     log_path = folder / f"worker-{name}.log"
     env = {
         **os.environ,
         "DATABASE_URL": session_database_url(),
         "PACER_CELERY_QUEUE": queue,
         "PACER_RUNS_DIR": str(runs_dir),
+        **env_overrides,
     }
     with log_path.open("wb") as log:
         process = subprocess.Popen(

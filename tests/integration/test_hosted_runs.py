@@ -86,6 +86,9 @@ def test_a_queued_run_runs_its_steps_in_a_worker_and_reports_everything(
     engines: list[SimEngine], queue: str, runs_dir: Path, tmp_path: Path
 ) -> None:
     run = queued(engines)
+    # A small start binds at once, so the run grows within its five steps however fast they go.
+    run.config["concurrency"]["initial_inflight"] = 8
+    run.save(update_fields=["config"])
     events = asyncio.run(_listening(run, lambda: _run_and_wait(run, queue, runs_dir, tmp_path)))
 
     assert state_of(run) == RunState.COMPLETED, run.error

@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from inference.engine_http import engine_http_client
+from inference.engine_http import engine_http_client, rollout_session
 from inference.metrics.client import MetricsClient
 from inference.metrics.endpoints import EngineSpec
 from inference.metrics.health import HealthConfig
@@ -146,10 +146,10 @@ async def closed_loop(
     """Drive the engine under ``controller`` until ``done(run, now)`` or the time limit."""
     clock = MonotonicClock()
     async with (
-        engine_http_client(max_connections=4 * FIXED_CAP) as http,
+        rollout_session(max_connections=4 * FIXED_CAP) as session,
         MetricsClient(engine_http_client(max_connections=1)) as metrics,
     ):
-        rollout = RolloutClient(http, base_url=engine.url, model=SERVED_MODEL)
+        rollout = RolloutClient(session, base_url=engine.url, model=SERVED_MODEL)
         monitor = EngineMonitor([EngineSpec("e0", engine.url)], metrics, clock, MONITOR)
 
         async def poll() -> tuple[LoadSample, ...]:
@@ -209,9 +209,12 @@ async def test_cancelling_a_turn_aborts_its_request_on_the_engine(
     """The rollout client's promise that shedding relies on: a cancelled turn leaves vLLM."""
     await wait_idle(small_kv_engine)
     ran_out = {"name": "vllm:request_success_total", "finished_reason": "length"}
-    async with httpx.AsyncClient(base_url=small_kv_engine.url) as http:
+    async with (
+        httpx.AsyncClient(base_url=small_kv_engine.url) as http,
+        rollout_session(max_connections=2) as session,
+    ):
         finished_before = await engine_value(http, **ran_out)
-        rollout = RolloutClient(http, base_url=small_kv_engine.url, model=SERVED_MODEL)
+        rollout = RolloutClient(session, base_url=small_kv_engine.url, model=SERVED_MODEL)
         # Seconds of decoding on this machine: still running when it is cancelled.
         longest = Turn(
             prompt=turn_for(0).prompt, max_tokens=MAX_MODEL_LEN - PROMPT_TOKENS, ignore_eos=True

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from inference.engine_http import engine_http_client
+from inference.engine_http import engine_http_client, rollout_session
 from inference.metrics.client import MetricsClient
 from inference.metrics.endpoints import EngineSpec
 from inference.metrics.monitor import EngineMonitor, PollResult
@@ -57,12 +57,13 @@ class Foreground:
         config, clock = self.config, self._clock
         specs = engine_specs(config.engines)
         connections = config.concurrency.controller.max_inflight + CONNECTIONS_SPARE
-        async with engine_http_client(connections) as http:
+        async with engine_http_client(len(specs)) as http:
             model = await preflight(config, specs, http)
-            self.output.mkdir(parents=True, exist_ok=True)
-            (self.output / "config.json").write_text(json.dumps(config.document, indent=2))
+        self.output.mkdir(parents=True, exist_ok=True)
+        (self.output / "config.json").write_text(json.dumps(config.document, indent=2))
+        async with rollout_session(connections) as session:
             clients = {
-                spec.name: RolloutClient(http, base_url=spec.base_url, model=model)
+                spec.name: RolloutClient(session, base_url=spec.base_url, model=model)
                 for spec in specs
             }
             async with MetricsClient(engine_http_client(2 * len(specs))) as metrics:

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import DatabaseError, connection
@@ -31,7 +32,7 @@ from django.utils import timezone
 from controlplane.runs.consumers import run_group_name
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.services import enqueue, resolve_engines
-from inference.engine_http import engine_http_client
+from inference.engine_http import engine_http_client, rollout_session
 from inference.metrics.client import MetricsClient
 from inference.metrics.endpoints import EngineSpec
 from inference.metrics.monitor import EngineMonitor, PollResult
@@ -110,13 +111,14 @@ class Host:
             return await self._end(RunState.FAILED, f"the config is refused: {refused}")
         specs = engine_specs(config.engines, names)
         connections = config.concurrency.controller.max_inflight + CONNECTIONS_SPARE
-        async with engine_http_client(connections) as http:
+        async with engine_http_client(len(specs)) as http:
             model = await self._model(config, specs, http)
-            if model is None and SHUTDOWN.is_set():
-                return await self._hand_back()
-            if model is None:
-                return await self._end(RunState.FAILED, self._failure)
-            return await self._drive(run, config, specs, names, model, http)
+        if model is None and SHUTDOWN.is_set():
+            return await self._hand_back()
+        if model is None:
+            return await self._end(RunState.FAILED, self._failure)
+        async with rollout_session(connections) as session:
+            return await self._drive(run, config, specs, names, model, session)
 
     async def _model(self, config: RunConfig, specs: list[EngineSpec], http: Any) -> str | None:
         waited = 0.0
@@ -140,7 +142,7 @@ class Host:
         specs: list[EngineSpec],
         names: list[str | None],
         model: str,
-        http: Any,
+        session: aiohttp.ClientSession,
     ) -> str:
         output = Path(config.output_dir or Path(settings.PACER_RUNS_DIR) / str(self.run_id))
         writer = TorchBatchWriter(output)
@@ -168,7 +170,7 @@ class Host:
         )
         if restored is not None:
             reporter.decisions((restored,))
-        clients = {s.name: RolloutClient(http, base_url=s.base_url, model=model) for s in specs}
+        clients = {s.name: RolloutClient(session, base_url=s.base_url, model=model) for s in specs}
         wandb = WandbLog(
             config.wandb, name=f"{config.name}-{self.run_id}", folder=output, config=config.document
         )

@@ -19,6 +19,7 @@ EDGE_LIBRARIES = (
     "channels",
     "httpx",
     "httpcore",
+    "aiohttp",
     "h11",
     "redis",
     "psycopg",
@@ -60,11 +61,11 @@ def test_importing_every_core_module_loads_no_edge_library() -> None:
 
 
 def test_the_probe_would_see_an_edge_library() -> None:
-    """The probe itself works: a module that pulls httpx in is caught."""
+    """The probe itself works: a module that pulls an HTTP library in is caught."""
     probe = subprocess.run(
         [sys.executable, "-c", _PROBE, "inference.rollout_client"],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert "httpx" in json.loads(probe.stdout)
+    assert "aiohttp" in json.loads(probe.stdout)
