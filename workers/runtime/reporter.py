@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 FLUSH_S = 0.25  # decisions reach the dashboard within this of being made
 MAX_BUFFERED_ROWS = 200_000  # about 10 min of 5 s polls of 1,000 engines, held while the DB is away
 Send = Callable[[str, dict[str, Any]], Awaitable[None]]  # a Channels group_send
+STORED_ONLY = frozenset({"controller_state"})  # live figures kept for a restart, not for a page
 
 
 @dataclass(slots=True)
@@ -131,10 +132,11 @@ class RunReporter:
             if s.endpoint in self._registered
         }
         warnings = [w.message for w in result.warnings]
+        shown = {k: v for k, v in live.items() if k not in STORED_ONLY}
         self._events.append(
             (
                 "engine.health",
-                {"at": at.isoformat(), **live, "engines": engines, "warnings": warnings},
+                {"at": at.isoformat(), **shown, "engines": engines, "warnings": warnings},
             )
         )
 
