@@ -1,5 +1,7 @@
 """A short run against the real vLLM CPU engine with the tiny model: token ids, logprobs and
-tokenization as vLLM gives them, all the way into the batch files."""
+tokenization as vLLM gives them, all the way into the batch files. The tiny model samples
+ids its tokenizer has no piece for, with logprobs asked for: the input that kills an
+unpatched vLLM's API server, so the run finishing shows the plugin at work inside a run."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.vllm
 
 
 def test_a_two_step_arithmetic_run_on_real_vllm_writes_whole_batches(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tiny_model: Path, tmp_path: Path
 ) -> None:
     config = tmp_path / "vllm.toml"
     config.write_text(
@@ -47,6 +49,9 @@ url = "{engine.url}"
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    tokenizer = json.loads((tiny_model / "tokenizer.json").read_text())
+    pieces = len(tokenizer["model"]["vocab"]) + len(tokenizer.get("added_tokens", []))
+    out_of_vocabulary = 0
     for step in (1, 2):
         folder = output / "steps" / f"{step:06d}"
         batch = torch.load(folder / "batch.pt")
@@ -57,3 +62,5 @@ url = "{engine.url}"
             assert int(mask.sum()) == sample["generated_tokens"] > 0
             assert (batch["logprobs"][row][mask] < 0).all()  # vLLM's own logprobs
             assert sample["metadata"]["question"]  # the task, checked against the answer
+            out_of_vocabulary += int((batch["token_ids"][row][mask] >= pieces).sum())
+    assert out_of_vocabulary > 0  # sampled, with logprobs, and the engine lived on
