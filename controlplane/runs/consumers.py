@@ -25,15 +25,21 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self._refuse(CLOSE_UNAUTHENTICATED)
             return
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
         if not await _run_exists(run_id):
-            await self.close(code=CLOSE_NOT_FOUND)
+            await self._refuse(CLOSE_NOT_FOUND)
             return
         self.group_name = run_group_name(run_id)
         await self.channel_layer.group_add(self.group_name, self.channel_name)
         await self.accept()
+
+    async def _refuse(self, code: int) -> None:
+        """Accept, then close with ``code``: a close before the handshake completes reaches a
+        real client as a bare HTTP 403 (daphne), and the reason would be lost."""
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group_name"):
