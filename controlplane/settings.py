@@ -148,6 +148,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"override": PACER_OVERRIDE_RATE},
     # ?format= belongs to the export endpoint (csv or json), not to content negotiation.
     "URL_FORMAT_OVERRIDE": None,
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Pacer API",
