@@ -202,8 +202,11 @@ def daphne_server(folder: Path, queue: str, runs_dir: Path) -> Iterator[LiveServ
     }
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port)]
-            + ["controlplane.asgi:application"],
+            [
+                str(VENV_BIN / "daphne"),
+                *("-b", "127.0.0.1", "-p", str(port)),
+                "controlplane.asgi:application",
+            ],
             cwd=REPO_ROOT,
             env=env,
             stdout=log,

@@ -79,7 +79,7 @@ def test_since_a_time_or_a_decision_id_and_kind_filter(viewer_client: APIClient,
         assert viewer_client.get(url, bad).status_code == 400
 
 
-def _sample(run: Run, engine: str, second: float, **figures: object) -> EngineSample:
+def _sample(run: Run, *, engine: str, second: float, **figures: object) -> EngineSample:
     values = {
         "role": "unified",
         "health": "up",
@@ -103,43 +103,20 @@ def _sample(run: Run, engine: str, second: float, **figures: object) -> EngineSa
 def test_samples_are_binned_with_means_of_gauges_sums_of_deltas_and_rates(
     viewer_client: APIClient, run: Run
 ) -> None:
-    EngineSample.objects.bulk_create(
-        [
-            # engine a, bin [0, 60): two samples
-            _sample(
-                run,
-                "a",
-                5,
-                kv_usage=0.2,
-                num_running=10,
-                num_waiting=2,
-                num_preemptions=1,
-                generation_tokens=500,
-                prefix_cache_hits=30,
-                prefix_cache_queries=100,
-            ),
-            _sample(
-                run,
-                "a",
-                10,
-                kv_usage=0.6,
-                num_running=30,
-                num_waiting=0,
-                num_preemptions=3,
-                generation_tokens=1500,
-                prefix_cache_hits=70,
-                prefix_cache_queries=100,
-                health="stale",
-                staleness_s=4.0,
-            ),
-            # engine a, bin [60, 120): one sample, first of a restarted engine
-            _sample(
-                run, "a", 65, kv_usage=0.9, generation_tokens=0, interval_s=None, restarted=True
-            ),
-            # engine b, bin [0, 60)
-            _sample(run, "b", 7, kv_usage=0.4, generation_tokens=2000, interval_s=10.0),
-        ]  # fmt: skip
-    )
+    a = {"engine": "a"}
+    rows = [
+        # engine a, bin [0, 60): two samples
+        _sample(run, second=5, kv_usage=0.2, num_running=10, num_waiting=2, num_preemptions=1,
+                generation_tokens=500, prefix_cache_hits=30, prefix_cache_queries=100, **a),
+        _sample(run, second=10, kv_usage=0.6, num_running=30, num_waiting=0, num_preemptions=3,
+                generation_tokens=1500, prefix_cache_hits=70, prefix_cache_queries=100,
+                health="stale", staleness_s=4.0, **a),
+        # engine a, bin [60, 120): one sample, the first of a restarted engine
+        _sample(run, second=65, kv_usage=0.9, interval_s=None, restarted=True, **a),
+        # engine b, bin [0, 60)
+        _sample(run, engine="b", second=7, kv_usage=0.4, generation_tokens=2000, interval_s=10.0),
+    ]  # fmt: skip
+    EngineSample.objects.bulk_create(rows)
     response = viewer_client.get(f"/api/runs/{run.pk}/samples/", {"step_s": 60})
     assert response.status_code == 200, response.json()
     body = response.json()
@@ -185,7 +162,7 @@ def test_a_week_of_5_s_polls_comes_back_in_one_page_of_nice_bins(
 ) -> None:
     week = 7 * 86400
     EngineSample.objects.bulk_create(
-        [_sample(run, engine, second) for engine in ("a", "b") for second in (0, week - 5)]
+        [_sample(run, engine=e, second=s) for e in ("a", "b") for s in (0, week - 5)]
     )
     body = viewer_client.get(f"/api/runs/{run.pk}/samples/").json()
     assert body["step_s"] == 900.0  # the least nice step giving at most 1,000 points a week
