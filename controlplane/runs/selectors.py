@@ -362,7 +362,7 @@ def engine_views(engines: list[Engine]) -> list[EngineView]:
     uses = {run.pk: _run_engines(run, registry) for run in active}
     views = []
     for engine in engines:
-        runs = [run.pk for run in active if any(u.name == engine.name for u in uses[run.pk])]
+        runs = sorted(r.pk for r in active if any(u.name == engine.name for u in uses[r.pk]))
         warnings = [
             warning
             for run in active
@@ -433,11 +433,11 @@ def _batch_limit(run: Run, engines: Iterable[_Use]) -> str | None:
 def engine_in_use(engine: Engine) -> list[int]:
     """Active runs whose config names the engine, which must not lose it."""
     registry = {e.name: e for e in Engine.objects.all()}
-    return [
+    return sorted(
         run.pk
         for run in Run.objects.filter(state__in=ACTIVE).only("id", "config")
         if any(u.name == engine.name for u in _run_engines(run, registry))
-    ]
+    )
 
 
 def pending_override_count() -> QuerySet[Any]:
