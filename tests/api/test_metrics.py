@@ -71,7 +71,9 @@ def test_runs_decisions_engines_and_command_latency_are_exposed(client: Client) 
     assert found[("pacer_run_overrides_pending", (("run", run),))] == 1
     grow = (("cause", "clear"), ("kind", "grow"), ("run", run))
     assert found[("pacer_decisions_total", grow)] == 3
-    assert found[("pacer_decisions_total", (("cause", "clear"), ("kind", "pin"), ("run", run)))] == 1
+    assert (
+        found[("pacer_decisions_total", (("cause", "clear"), ("kind", "pin"), ("run", run)))] == 1
+    )
     assert not any(k[0] == "pacer_decisions_total" and ("run", str(old.pk)) in k[1] for k in found)
     assert found[("pacer_engine_up", (("engine", "e0"),))] == 1
     assert found[("pacer_engine_up", (("engine", "e1"),))] == 0

@@ -48,7 +48,7 @@ class DecisionListApi(APIView):
     )
     def get(self, request: Request, run_id: int) -> Response:
         run = get_run(run_id)
-        filters = DecisionFilters(data=request.query_params)
+        filters = DecisionFilters(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         since = filters.validated_data.get("since")
         decisions = selectors.decision_list(
@@ -71,7 +71,7 @@ class SampleSeriesApi(APIView):
     )
     def get(self, request: Request, run_id: int) -> Response:
         run = get_run(run_id)
-        filters = SampleFilters(data=request.query_params)
+        filters = SampleFilters(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         found: dict[str, Any] = filters.validated_data
         try:
@@ -91,7 +91,7 @@ class StepListApi(APIView):
     pagination_class = ByStep
 
     @extend_schema(
-        operation_id="runs_steps_list", responses={200: StepSerializer(many=True), **READ_ERRORS}
+        operation_id="runs_steps_list", responses={200: StepSerializer(many=True), **FILTER_ERRORS}
     )
     def get(self, request: Request, run_id: int) -> Response:
         return paginated(self, request, selectors.step_list(get_run(run_id)), StepSerializer)
@@ -131,7 +131,7 @@ class EvalListApi(APIView):
     pagination_class = ByWave
 
     @extend_schema(
-        operation_id="runs_evals_list", responses={200: EvalSerializer(many=True), **READ_ERRORS}
+        operation_id="runs_evals_list", responses={200: EvalSerializer(many=True), **FILTER_ERRORS}
     )
     def get(self, request: Request, run_id: int) -> Response:
         return paginated(self, request, selectors.eval_list(get_run(run_id)), EvalSerializer)
@@ -174,6 +174,6 @@ class ExportApi(APIView):
         if table not in ("decisions", "steps"):
             raise Http404
         run = get_run(run_id)
-        filters = ExportFilters(data=request.query_params)
+        filters = ExportFilters(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         return export_response(request._request, table, filters.validated_data["format"], run.pk)
