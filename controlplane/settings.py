@@ -90,7 +90,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        # Group names hold run ids, which restart with every database: deployments (or test
+        # sessions) sharing one Redis keep their live events apart by prefix.
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("PACER_CHANNELS_PREFIX", "asgi")},
     }
 }
 

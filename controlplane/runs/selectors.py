@@ -91,18 +91,16 @@ def decision_list(
     since: datetime | None = None,
     after_id: int | None = None,
 ) -> QuerySet[Decision]:
-    """Oldest first. ``after_id`` resumes after a decision already seen, in the same order."""
+    """Oldest first. ``after_id``: those stored after that decision (ids grow in the order a
+    run's one reporter stores them), for a client resuming where it stopped; not by time,
+    since two flushes' wall times may tie or, across a clock step, go backwards."""
     decisions = Decision.objects.filter(run=run).select_related("override")
     if kinds:
         decisions = decisions.filter(kind__in=kinds)
     if since is not None:
         decisions = decisions.filter(at__gt=since)
     if after_id is not None:
-        seen = Decision.objects.filter(run=run, pk=after_id).values_list("at", flat=True).first()
-        if seen is None:
-            decisions = decisions.filter(pk__gt=after_id)
-        else:
-            decisions = decisions.filter(Q(at__gt=seen) | Q(at=seen, pk__gt=after_id))
+        decisions = decisions.filter(pk__gt=after_id)
     return decisions.order_by("at", "id")
 
 
