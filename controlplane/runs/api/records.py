@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.runs import selectors, services
+from controlplane.runs import sample_series, selectors, services
 from controlplane.runs.api.exceptions import Conflict
 from controlplane.runs.api.export import export_response
 from controlplane.runs.api.inputs import AckInput, DecisionFilters, ExportFilters, SampleFilters
@@ -75,14 +75,14 @@ class SampleSeriesApi(APIView):
         filters.is_valid(raise_exception=True)
         found: dict[str, Any] = filters.validated_data
         try:
-            series = selectors.sample_series(
+            series = sample_series.sample_series(
                 run,
                 engines=found.get("engine", []),
                 since=found.get("since"),
                 until=found.get("until"),
                 step_s=found.get("step_s"),
             )
-        except selectors.TooManyPoints as refused:
+        except sample_series.TooManyPoints as refused:
             raise serializers.ValidationError({"step_s": [str(refused)]}) from None
         return Response(SampleSeriesSerializer(series).data)
 
