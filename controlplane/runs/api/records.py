@@ -3,6 +3,7 @@ acknowledgements of them), evaluation waves, and exports of decisions and steps.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.http import Http404
@@ -84,7 +85,23 @@ class SampleSeriesApi(APIView):
             )
         except sample_series.TooManyPoints as refused:
             raise serializers.ValidationError({"step_s": [str(refused)]}) from None
-        return Response(SampleSeriesSerializer(series).data)
+        # Plain values, not the serializer (which documents them): a chart's few thousand
+        # points cost more in DRF's per-field machinery than in the database.
+        return Response(
+            {
+                "step_s": series.step_s,
+                "since": _iso(series.since),
+                "until": _iso(series.until),
+                "points": [{**p, "at": _iso(p["at"])} for p in series.points],
+            }
+        )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    """As DRF's DateTimeField writes UTC times: ``2026-11-30T12:00:00Z``."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class StepListApi(APIView):
