@@ -37,9 +37,10 @@ class EpochBin(Func):
         if connection.vendor == "postgresql":
             sql = f"CAST(FLOOR(EXTRACT(EPOCH FROM {at_sql}) / %s) AS BIGINT)"
         elif connection.vendor == "sqlite":
-            # julianday counts days from noon of 4714 BC; 2440587.5 of them is 1970-01-01.
-            # CAST truncates, which is floor for times after 1970 (SQLite may lack FLOOR).
-            sql = f"CAST((julianday({at_sql}) - 2440587.5) * 86400.0 / %s AS INTEGER)"
+            # julianday counts days from noon of 4714 BC; 2440587.5 of them is 1970-01-01. Its
+            # days carry float error: seconds are rounded to the millisecond before dividing,
+            # so 12:00:10 is never 12:00:09.99999; CAST truncates, which is floor after 1970.
+            sql = f"CAST(ROUND((julianday({at_sql}) - 2440587.5) * 86400.0, 3) / %s AS INTEGER)"
         else:
             raise NotImplementedError(f"EpochBin has no SQL for {connection.vendor}")
         return sql, [*at_params, self.step_s]
