@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from controlplane.runs.models import Engine, Override, Run, RunState
@@ -160,3 +161,23 @@ def test_the_console_script_runs_as_its_own_process(live_server_api: LiveServer)
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "in-a-process" in done.stdout
+
+
+def test_exports_stream_over_asgi_in_chunks(live_server_api: LiveServer) -> None:
+    """Under daphne the body is an async iterator of keyset chunks (2,000 rows each)."""
+    token = make_account("victor", "viewer").token
+    run = make_run()
+    made = make_decisions(run, 4500)
+    headers = {"Authorization": f"Token {token}"}
+    url = f"{live_server_api.url}/api/runs/{run.pk}/export/decisions/"
+    with httpx.stream("GET", url, params={"format": "csv"}, headers=headers, timeout=60) as csv:
+        assert csv.status_code == 200
+        assert csv.headers["content-type"] == "text/csv; charset=utf-8"
+        assert "content-length" not in csv.headers  # streamed, not assembled first
+        lines = b"".join(csv.iter_bytes()).decode().splitlines()
+    assert lines[0].startswith("id,run,step,at,kind")
+    assert [int(line.split(",")[0]) for line in lines[1:]] == [d.pk for d in made]
+    as_json = httpx.get(url, params={"format": "json"}, headers=headers, timeout=60).json()
+    assert [d["id"] for d in as_json] == [d.pk for d in made]
+    refused = httpx.get(url, params={"format": "xml"}, headers=headers, timeout=60)
+    assert refused.status_code == 400 and refused.json()["errors"]["format"]
