@@ -162,3 +162,14 @@ def test_a_user_in_no_group_reads_but_does_not_write(run: Run) -> None:
     client.force_authenticate(user)
     assert client.get("/api/runs/").status_code == 200
     assert client.post(f"/api/runs/{run.pk}/stop/", {}).status_code == 403
+
+
+def test_drf_create_token_makes_a_token_that_authenticates(operator: Account) -> None:
+    out = io.StringIO()
+    call_command("drf_create_token", "-r", "olga", stdout=out)  # -r: a new key for the user
+    key = Token.objects.get(user=operator.user).key
+    assert key in out.getvalue() and key != operator.token
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert client.get("/api/runs/").status_code == 200
+    assert operator.client().get("/api/runs/").status_code == 401  # the old key is gone
