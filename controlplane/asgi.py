@@ -15,6 +15,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from controlplane.routing import websocket_urlpatterns  # noqa: E402
+from controlplane.ws_auth import TokenAuthMiddleware  # noqa: E402
 
 # daphne serves no files of its own: with DEBUG on (the quick start), Django serves the static
 # files (the admin's styles); in production a web server in front serves STATIC_ROOT.
@@ -22,7 +23,7 @@ application = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_http) if settings.DEBUG else django_http,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

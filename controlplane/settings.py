@@ -43,12 +43,16 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served locally: no CDN is reachable
     "channels",
     "controlplane.runs",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the body: a request larger than DATA_UPLOAD_MAX_MEMORY_SIZE is a
+    # JSON 413, never read, never a 500.
+    "controlplane.runs.api.errors.BodySizeLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -111,15 +115,70 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7 * 24 * 3600}  # secon
 # Keep LOGGING's handlers in the worker too: Celery's own would drop the run id from each line.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# A run config is a few KB; 1 MiB leaves room for hundreds of environments and is far below
+# what would tie a web process up. Larger bodies are answered 413 (Django's default is 2.5 MB).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # Rate limits must be counted across every web process, so they live in Redis.
+    "throttle": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": env_str("PACER_THROTTLE_PREFIX", "pacer-throttle"),
+    },
+}
+
+# Operator commands (override, stop, pause, resume) per user. A person steering by hand sends a
+# few a minute and the controller acts on one poll every few seconds; one a second on average
+# still lets a script sweep caps, and stops a runaway loop from flooding a run's control channel.
+PACER_OVERRIDE_RATE = env_str("PACER_OVERRIDE_RATE", "60/minute")
+
 REST_FRAMEWORK = {
+    # Token first: its scheme goes into WWW-Authenticate, which makes "not signed in" a 401.
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.runs.api.permissions.OperatorOrReadOnly"],
+    "DEFAULT_PARSER_CLASSES": ["controlplane.runs.api.parsers.BoundedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "controlplane.runs.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {"override": PACER_OVERRIDE_RATE},
+    # ?format= belongs to the export endpoint (csv or json), not to content negotiation.
+    "URL_FORMAT_OVERRIDE": None,
 }
-SPECTACULAR_SETTINGS = {"TITLE": "Pacer API", "VERSION": "0.1.0"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Pacer API",
+    "DESCRIPTION": (
+        "Runs, their decisions, engine samples, steps and evaluation waves; operator commands; "
+        "engines. Authenticate with `Authorization: Token <key>` (or the dashboard's session). "
+        "Viewers read; operators also write."
+    ),
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Request and response bodies as separate components: read-only fields are not inputs.
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# Pages of runs, decisions, steps and overrides: 100 rows by default, up to 1,000 when asked.
+PACER_PAGE_SIZE = 100
+PACER_MAX_PAGE_SIZE = 1000
+# An engine whose last poll is older than this is stale: six 5 s polls missed.
+PACER_ENGINE_STALE_S = 30.0
+# Engine samples come back downsampled to at most this many points per engine: a week of 5 s
+# polls (120,960 per engine) becomes 10-minute points, enough to draw and one fast page.
+PACER_SAMPLES_MAX_POINTS = 1000
+# /metrics reports the decision counts of ended runs this long after they ended, so the last
+# increments are scraped before their series go away.
+PACER_METRICS_ENDED_RUNS_S = 3600.0
+# When set, /metrics asks for `Authorization: Bearer <this>`; empty: open, as Prometheus
+# targets usually are on an internal network (it shows run ids and figures, not configs).
+PACER_METRICS_TOKEN = env_str("PACER_METRICS_TOKEN", "")
 
 LOGIN_URL = "admin:login"  # the admin's sign-in page serves the dashboard too
 STATIC_URL = "static/"

@@ -1,8 +1,9 @@
 from django.contrib import admin
-from django.urls import path
-from drf_spectacular.views import SpectacularAPIView
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane.health import HealthApi
+from controlplane.metrics import metrics_view
 from controlplane.views import home
 
 urlpatterns = [
@@ -10,4 +11,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/health/", HealthApi.as_view(), name="health"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/", include("controlplane.runs.api.urls")),
+    path("metrics", metrics_view, name="metrics"),
 ]

@@ -1,13 +1,18 @@
-"""Live events of one run pushed to the browser."""
+"""Live events of one run pushed to the browser (session) or the ``pacer`` CLI (token, see
+``controlplane.ws_auth``). Any signed-in user may follow any run, as any may read it through
+the API; a run that does not exist is refused with its own code."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-# Close codes in the application range, so a browser can tell why it was refused.
+# Close codes in the application range, so a client can tell why it was refused: the HTTP
+# status it would have had, plus 4000.
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
 
 
 def run_group_name(run_id: int | str) -> str:
@@ -20,11 +25,21 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self._refuse(CLOSE_UNAUTHENTICATED)
             return
-        self.group_name = run_group_name(self.scope["url_route"]["kwargs"]["run_id"])
+        run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        if not await _run_exists(run_id):
+            await self._refuse(CLOSE_NOT_FOUND)
+            return
+        self.group_name = run_group_name(run_id)
         await self.channel_layer.group_add(self.group_name, self.channel_name)
         await self.accept()
+
+    async def _refuse(self, code: int) -> None:
+        """Accept, then close with ``code``: a close before the handshake completes reaches a
+        real client as a bare HTTP 403 (daphne), and the reason would be lost."""
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group_name"):
@@ -41,3 +56,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def run_state(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "state", "data": event["data"]})
+
+
+@database_sync_to_async
+def _run_exists(run_id: int) -> bool:
+    from controlplane.runs.models import Run  # the models import this module
+
+    return Run.objects.filter(pk=run_id).exists()

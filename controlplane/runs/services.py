@@ -233,3 +233,12 @@ def engine_register(
     engine.full_clean()
     engine.save()
     return engine
+
+
+def engine_delete(*, engine: Engine, in_use: list[int]) -> None:
+    """Remove a registered engine; refused while an active run (``in_use``) names it, since
+    that run resolves its engines by name again whenever a worker takes it up."""
+    if in_use:
+        listed = ", ".join(str(run_id) for run_id in in_use)
+        raise CommandRefused(f"engine {engine.name} is named by active runs: {listed}")
+    engine.delete()

@@ -1,0 +1,449 @@
+"""Reads: what the API (and the dashboard) ask of runs, their records and the engines.
+
+Each function returns a queryset or plain values, so views stay thin and every query is in
+one place where its index can be checked: decisions and samples are read by (run, time), the
+index the reporter writes them under.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Avg, Count, Max, Min, Q, QuerySet, Sum
+from django.utils import timezone
+
+from controlplane.runs.models import (
+    Decision,
+    Engine,
+    EngineSample,
+    EvalRecord,
+    Override,
+    Run,
+    RunState,
+    StepRecord,
+)
+from controlplane.runs.samples_sql import EpochBin
+from workers.core.controller.records import ControllerConfig
+
+ACTIVE = (RunState.QUEUED, RunState.RUNNING, RunState.STOPPING, RunState.PAUSED)
+HOSTED = (RunState.RUNNING, RunState.STOPPING)
+# Steps a downsampled series snaps to, so two charts of one run line up.
+NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
+
+# -- runs ----------------------------------------------------------------------------------
+
+
+def run_list(
+    *,
+    states: Sequence[str] = (),
+    name: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> QuerySet[Run]:
+    runs = Run.objects.select_related("created_by")
+    if states:
+        runs = runs.filter(state__in=states)
+    if name:
+        runs = runs.filter(name__icontains=name)
+    if created_after is not None:
+        runs = runs.filter(created_at__gt=created_after)
+    if created_before is not None:
+        runs = runs.filter(created_at__lt=created_before)
+    return runs
+
+
+def run_get(run_id: int) -> Run | None:
+    return Run.objects.select_related("created_by").filter(pk=run_id).first()
+
+
+def run_cap_bounds(run: Run) -> tuple[int, int]:
+    """The run's (min_inflight, max_inflight), as its stored config sets them: the bounds its
+    controller refuses a pin or set outside of."""
+    defaults = ControllerConfig()
+    concurrency = run.config.get("concurrency") if isinstance(run.config, dict) else None
+    if not isinstance(concurrency, dict):
+        return defaults.min_inflight, defaults.max_inflight
+    low = concurrency.get("min_inflight", defaults.min_inflight)
+    high = concurrency.get("max_inflight", defaults.max_inflight)
+    if not isinstance(low, int) or not isinstance(high, int):
+        return defaults.min_inflight, defaults.max_inflight
+    return low, high
+
+
+def trainer_mode(run: Run) -> str:
+    trainer = run.config.get("trainer") if isinstance(run.config, dict) else None
+    mode = trainer.get("mode") if isinstance(trainer, dict) else None
+    return mode if isinstance(mode, str) else "none"
+
+
+# -- decisions, overrides, steps, evals ------------------------------------------------------
+
+
+def decision_list(
+    run: Run,
+    *,
+    kinds: Sequence[str] = (),
+    since: datetime | None = None,
+    after_id: int | None = None,
+) -> QuerySet[Decision]:
+    """Oldest first. ``after_id`` resumes after a decision already seen, in the same order."""
+    decisions = Decision.objects.filter(run=run).select_related("override")
+    if kinds:
+        decisions = decisions.filter(kind__in=kinds)
+    if since is not None:
+        decisions = decisions.filter(at__gt=since)
+    if after_id is not None:
+        seen = Decision.objects.filter(run=run, pk=after_id).values_list("at", flat=True).first()
+        if seen is None:
+            decisions = decisions.filter(pk__gt=after_id)
+        else:
+            decisions = decisions.filter(Q(at__gt=seen) | Q(at=seen, pk__gt=after_id))
+    return decisions.order_by("at", "id")
+
+
+def override_list(run: Run) -> QuerySet[Override]:
+    return (
+        Override.objects.filter(run=run)
+        .select_related("created_by", "decision")
+        .order_by("created_at", "id")
+    )
+
+
+def override_get(run: Run, override_id: int) -> Override | None:
+    return override_list(run).filter(pk=override_id).first()
+
+
+def step_list(run: Run) -> QuerySet[StepRecord]:
+    return StepRecord.objects.filter(run=run).order_by("step")
+
+
+def eval_list(run: Run) -> QuerySet[EvalRecord]:
+    return EvalRecord.objects.filter(run=run).order_by("wave")
+
+
+# -- exports: keyset chunks, so no query holds more than one chunk --------------------------
+
+DECISION_COLUMNS = (
+    "id",
+    "run_id",
+    "step",
+    "at",
+    "kind",
+    "cause",
+    "signal",
+    "cap_before",
+    "cap_after",
+    "reason",
+    "shed",
+    "shadow_before",
+    "shadow_after",
+    "alert",
+    "applied",
+    "figures",
+    "override__id",
+)
+STEP_COLUMNS = (
+    "step",
+    "run_id",
+    "started_at",
+    "written_at",
+    "seconds",
+    "policy_version",
+    "episodes",
+    "tokens",
+    "reward_mean",
+    "reward_std",
+    "generated_tokens",
+    "finished_train",
+    "finished_eval",
+    "failed",
+    "cancelled",
+    "dropped_groups",
+    "cap",
+    "inflight",
+    "path",
+    "acked_at",
+    "acked_version",
+)
+
+
+def decision_chunk(run_id: int, after: tuple[datetime, int] | None, size: int) -> list[dict]:
+    rows = Decision.objects.filter(run_id=run_id)
+    if after is not None:
+        rows = rows.filter(Q(at__gt=after[0]) | Q(at=after[0], pk__gt=after[1]))
+    return list(rows.order_by("at", "id").values(*DECISION_COLUMNS)[:size])
+
+
+def step_chunk(run_id: int, after: int | None, size: int) -> list[dict]:
+    rows = StepRecord.objects.filter(run_id=run_id)
+    if after is not None:
+        rows = rows.filter(step__gt=after)
+    return list(rows.order_by("step").values(*STEP_COLUMNS)[:size])
+
+
+def chunk_key(table: str, row: dict) -> Any:
+    """Where the next chunk starts after ``row``."""
+    return (row["at"], row["id"]) if table == "decisions" else row["step"]
+
+
+def export_chunk(table: str, run_id: int, after: Any, size: int) -> list[dict]:
+    if table == "decisions":
+        return decision_chunk(run_id, after, size)
+    return step_chunk(run_id, after, size)
+
+
+def export_chunks(table: str, run_id: int, size: int) -> Iterator[list[dict]]:
+    after = None
+    while True:
+        rows = export_chunk(table, run_id, after, size)
+        if not rows:
+            return
+        yield rows
+        if len(rows) < size:
+            return
+        after = chunk_key(table, rows[-1])
+
+
+# -- engine samples, downsampled in SQL ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SampleSeries:
+    step_s: float
+    since: datetime | None
+    until: datetime | None
+    points: list[dict[str, Any]]
+
+
+class TooManyPoints(ValueError):
+    """The step asked for gives more points per engine than one answer holds."""
+
+    def __init__(self, points: int, least_step_s: float) -> None:
+        self.least_step_s = least_step_s
+        super().__init__(
+            f"gives {points} points per engine, more than {settings.PACER_SAMPLES_MAX_POINTS}: "
+            f"use step_s >= {least_step_s:g}"
+        )
+
+
+def sample_series(
+    run: Run,
+    *,
+    engines: Sequence[str] = (),
+    since: datetime | None = None,
+    until: datetime | None = None,
+    step_s: float | None = None,
+) -> SampleSeries:
+    """Each engine's samples in ``step_s`` bins: the mean of gauges (KV usage, running,
+    waiting), the sum of deltas (preemptions, generated tokens, prefix-cache hits and queries)
+    and the rates they make over the seconds the bin's samples cover. One grouped query; the
+    step defaults to the smallest nice one giving at most PACER_SAMPLES_MAX_POINTS bins."""
+    samples = EngineSample.objects.filter(run=run)
+    if engines:
+        samples = samples.filter(engine_id__in=engines)
+    if since is not None:
+        samples = samples.filter(at__gte=since)
+    if until is not None:
+        samples = samples.filter(at__lt=until)
+    span = _span_s(samples, since, until)
+    step = _step(span, step_s)
+    rows = (
+        samples.annotate(bin=EpochBin("at", step))
+        .values("engine_id", "bin")
+        .annotate(
+            n=Count("id"),
+            kv_mean=Avg("kv_usage"),
+            kv_max=Max("kv_usage"),
+            running_mean=Avg("num_running"),
+            waiting_mean=Avg("num_waiting"),
+            waiting_capacity_mean=Avg("num_waiting_capacity"),
+            preemptions_sum=Sum("num_preemptions"),
+            tokens_sum=Sum("generation_tokens"),
+            hits_sum=Sum("prefix_cache_hits"),
+            queries_sum=Sum("prefix_cache_queries"),
+            seconds_sum=Sum("interval_s"),
+            staleness_max=Max("staleness_s"),
+            not_up=Count("id", filter=~Q(health="up")),
+            restarts=Count("id", filter=Q(restarted=True)),
+        )
+        .order_by("engine_id", "bin")
+    )
+    return SampleSeries(step, since, until, [_point(row, step) for row in rows])
+
+
+def _span_s(
+    samples: QuerySet[EngineSample], since: datetime | None, until: datetime | None
+) -> float:
+    if since is not None and until is not None:
+        return max(0.0, (until - since).total_seconds())
+    found = samples.aggregate(first=Min("at"), last=Max("at"))
+    first = since or found["first"]
+    last = until or found["last"]
+    if first is None or last is None:
+        return 0.0
+    return max(0.0, (last - first).total_seconds())
+
+
+def _step(span_s: float, asked: float | None) -> float:
+    most = settings.PACER_SAMPLES_MAX_POINTS
+    least = span_s / most
+    if asked is not None:
+        points = math.floor(span_s / asked) + 1
+        if points > most:
+            raise TooManyPoints(points, math.ceil(least))
+        return asked
+    for nice in NICE_STEPS_S:
+        if nice >= least:
+            return float(nice)
+    return float(math.ceil(least / 86400) * 86400)
+
+
+def _point(row: dict[str, Any], step: float) -> dict[str, Any]:
+    seconds = row["seconds_sum"] or 0.0
+    tokens, preemptions = int(row["tokens_sum"] or 0), int(row["preemptions_sum"] or 0)
+    hits, queries = int(row["hits_sum"] or 0), int(row["queries_sum"] or 0)
+    return {
+        "engine": row["engine_id"],
+        "at": datetime.fromtimestamp(int(row["bin"]) * step, UTC),
+        "samples": row["n"],
+        "kv_usage": row["kv_mean"],
+        "kv_usage_max": row["kv_max"],
+        "num_running": row["running_mean"],
+        "num_waiting": row["waiting_mean"],
+        "num_waiting_capacity": row["waiting_capacity_mean"],
+        "preemptions": preemptions,
+        "generation_tokens": tokens,
+        "prefix_cache_hits": hits,
+        "prefix_cache_queries": queries,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds if seconds > 0 else None,
+        "preemptions_per_s": preemptions / seconds if seconds > 0 else None,
+        "prefix_hit_rate": hits / queries if queries else None,
+        "staleness_max_s": row["staleness_max"],
+        "not_up": row["not_up"],
+        "restarts": row["restarts"],
+    }
+
+
+# -- engines and their health ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EngineView:
+    engine: Engine
+    status: str  # up, stale, down, unknown (never seen by a run)
+    staleness_s: float | None
+    runs: list[int]  # active runs whose config names it
+    warnings: list[str]
+
+
+def engine_list() -> list[EngineView]:
+    engines = list(Engine.objects.order_by("name"))
+    return engine_views(engines)
+
+
+def engine_get(name: str) -> EngineView | None:
+    engine = Engine.objects.filter(name=name).first()
+    return None if engine is None else engine_views([engine])[0]
+
+
+def engine_views(engines: list[Engine]) -> list[EngineView]:
+    """Each engine's health from the last poll of any run, and for each running run that uses
+    it, a warning when the run's cap exceeds its engines x max_num_seqs (the batch limit
+    vLLM does not report: requests queue on it before KV fills, hiding KV pressure)."""
+    now = timezone.now()
+    registry = {e.name: e for e in Engine.objects.all()}
+    active = list(Run.objects.filter(state__in=ACTIVE).only("id", "state", "cap", "config"))
+    uses = {run.pk: _run_engines(run, registry) for run in active}
+    views = []
+    for engine in engines:
+        runs = [run.pk for run in active if any(u.name == engine.name for u in uses[run.pk])]
+        warnings = [
+            warning
+            for run in active
+            if run.pk in runs and run.state in HOSTED
+            for warning in [_batch_limit(run, uses[run.pk])]
+            if warning
+        ]
+        staleness = None if engine.last_seen_at is None else (now - engine.last_seen_at)
+        views.append(
+            EngineView(
+                engine,
+                _status(engine, staleness),
+                None if staleness is None else staleness.total_seconds(),
+                runs,
+                warnings,
+            )
+        )
+    return views
+
+
+def _status(engine: Engine, staleness: timedelta | None) -> str:
+    if staleness is None:
+        return "unknown"
+    if staleness.total_seconds() > settings.PACER_ENGINE_STALE_S:
+        return "stale"
+    health = engine.last_health.get("health") if isinstance(engine.last_health, dict) else None
+    return health if health in ("up", "stale", "down") else "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class _Use:
+    name: str | None  # the registered name, when it is one
+    role: str
+    max_num_seqs: int | None
+
+
+def _run_engines(run: Run, registry: dict[str, Engine]) -> list[_Use]:
+    listed = run.config.get("engine") if isinstance(run.config, dict) else None
+    by_url = {e.url.rstrip("/"): e for e in registry.values()}
+    found = []
+    for entry in listed if isinstance(listed, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        url = entry.get("url")
+        row = registry.get(entry.get("name") or "") or (
+            by_url.get(url.rstrip("/")) if isinstance(url, str) else None
+        )
+        seqs = entry.get("max_num_seqs") or (row.max_num_seqs if row else None)
+        role = entry.get("role") or (row.role if row else "unified")
+        found.append(_Use(row.name if row else None, str(role), seqs))
+    return found
+
+
+def _batch_limit(run: Run, engines: Iterable[_Use]) -> str | None:
+    decoding = [e for e in engines if e.role != "prefill"]
+    if run.cap is None or not decoding or any(e.max_num_seqs is None for e in decoding):
+        return None  # an unknown limit cannot be compared; a guessed one would cry wolf
+    total = sum(int(e.max_num_seqs or 0) for e in decoding)
+    if run.cap <= total:
+        return None
+    return (
+        f"run {run.pk}: cap {run.cap} exceeds {len(decoding)} engines x max_num_seqs = {total}: "
+        "requests queue on the batch limit before KV fills, hiding KV pressure; raise "
+        "--max-num-seqs"
+    )
+
+
+def engine_in_use(engine: Engine) -> list[int]:
+    """Active runs whose config names the engine, which must not lose it."""
+    registry = {e.name: e for e in Engine.objects.all()}
+    return [
+        run.pk
+        for run in Run.objects.filter(state__in=ACTIVE).only("id", "config")
+        if any(u.name == engine.name for u in _run_engines(run, registry))
+    ]
+
+
+def pending_override_count() -> QuerySet[Any]:
+    return (
+        Override.objects.filter(applied_at__isnull=True, error="")
+        .values("run_id")
+        .annotate(n=Count("id"))
+        .order_by()
+    )

@@ -1,0 +1,5 @@
+import sys
+
+from pacer_cli.main import main
+
+sys.exit(main())

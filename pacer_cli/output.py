@@ -1,0 +1,93 @@
+"""How the CLI prints what the API answers: tables for lists, one line per decision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def table(rows: list[list[Any]], header: list[str]) -> str:
+    cells = [header, *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    )
+
+
+def short_time(iso: str | None) -> str:
+    """``2026-12-01T10:47:02.317533Z`` as ``2026-12-01 10:47:02.317``."""
+    if not iso:
+        return "-"
+    text = iso.replace("T", " ").removesuffix("Z").removesuffix("+00:00")
+    date, _, fraction = text.partition(".")
+    return f"{date}.{fraction[:3]}" if fraction else date
+
+
+def run_table(runs: list[dict[str, Any]]) -> str:
+    if not runs:
+        return "no runs"
+    rows = [
+        [
+            r["id"],
+            r["name"],
+            r["state"],
+            r["step"],
+            r["cap"],
+            r["policy_cap"],
+            f"{r['inflight_train']}+{r['inflight_eval']}",
+            f"{r['generation_tokens_per_s']:.0f}",
+            short_time(r["created_at"]),
+        ]
+        for r in runs
+    ]
+    header = ["ID", "NAME", "STATE", "STEP", "CAP", "POLICY", "INFLIGHT", "TOK/S", "CREATED"]
+    return table(rows, header)
+
+
+def run_detail(run: dict[str, Any]) -> str:
+    lines = [
+        f"run {run['id']}: {run['name']} ({run['state']})",
+        f"  step {run['step']}, policy version {run['policy_version']}, "
+        f"eval waves {run['eval_waves']}",
+        f"  cap {_cell(run['cap'])}"
+        + (f" (pinned; the policy's own: {run['policy_cap']})" if run["policy_cap"] else ""),
+        f"  in flight: {run['inflight_train']} train, {run['inflight_eval']} eval; "
+        f"{run['generation_tokens_per_s']:.0f} tokens/s",
+        f"  model {_cell(run['model'])}, output {_cell(run['output_dir'])}",
+        f"  host {_cell(run['host'])}",
+        f"  created {short_time(run['created_at'])} by {_cell(run['created_by'])}, "
+        f"started {short_time(run['started_at'])}, finished {short_time(run['finished_at'])}",
+    ]
+    if run["error"]:
+        lines.append(f"  error: {run['error']}")
+    return "\n".join(lines)
+
+
+def decision_line(decision: dict[str, Any]) -> str:
+    """A decision as its reason, after its time (and a mark when it needs attention)."""
+    mark = " !" if decision.get("alert") else ""
+    return f"{short_time(decision['at'])}{mark} {decision['reason']}"
+
+
+def engine_table(engines: list[dict[str, Any]]) -> str:
+    if not engines:
+        return "no engines"
+    rows = [
+        [
+            e["name"],
+            e["url"],
+            e["role"],
+            e["max_num_seqs"],
+            e["status"],
+            "-" if e["staleness_s"] is None else f"{e['staleness_s']:.0f}s",
+            ",".join(str(r) for r in e["runs"]),
+        ]
+        for e in engines
+    ]
+    text = table(rows, ["NAME", "URL", "ROLE", "MAX_SEQS", "STATUS", "SEEN", "RUNS"])
+    warnings = [f"warning: {e['name']}: {w}" for e in engines for w in e["warnings"]]
+    return "\n".join([text, *warnings])
