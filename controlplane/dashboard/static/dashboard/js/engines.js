@@ -11,7 +11,7 @@ export function renderEngines({ body, warningsBox, configured, engines, warnings
       const tr = document.createElement("tr");
       tr.dataset.engine = e.engine_id;
       const age = typeof e.staleness_s === "number" ? e.staleness_s : null;
-      const limit = limits.get(e.engine_id);
+      const limit = limits.get(e.engine_id.replace(/\/\d+$/, "")); // "<engine>/<rank>"
       const cells = [
         [e.engine_id, "name"],
         [e.role, ""],
