@@ -128,6 +128,7 @@ def browser_database(django_db_setup: None, django_db_blocker: Any) -> Iterator[
         yield
     finally:
         with django_db_blocker.unblock():
+            connection.close()  # a session of this process's own would block the drop
             teardown_databases(databases, verbosity=0)
 
 
