@@ -20,6 +20,7 @@ export const MARKER_GROUPS = Object.keys(GROUP_COLOURS);
 const ENGINE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"];
 const HEIGHT = 220;
 
+const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false });
 const stepped = () => uPlot.paths.stepped({ align: 1 });
 const number = (digits) => (u, v) => (v === null || v === undefined ? "–" : v.toFixed(digits));
 const percent = (u, v) => (v === null || v === undefined ? "–" : `${(v * 100).toFixed(1)}%`);
@@ -47,7 +48,7 @@ function chart(element, series, { time = true, yRange, bands, axis = {} } = {}) 
     height: HEIGHT,
     scales: { x: { time }, y: yRange ? { range: yRange } : { range: (u, low, high) => [0, Math.max(1, high * 1.1)] } },
     series: [{ label: time ? "time" : "step", value: time ? "{HH}:{mm}:{ss}" : undefined }, ...series],
-    axes: [{}, { size: 56, ...axis }],
+    axes: [time ? { space: 70, values: (u, splits) => splits.map(clock) } : {}, { size: 56, ...axis }],
     bands,
     legend: { live: true },
     cursor: { drag: { x: true, y: false } },
