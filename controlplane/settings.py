@@ -95,7 +95,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        # Group names hold run ids, which restart with every database: deployments (or test
+        # sessions) sharing one Redis keep their live events apart by prefix.
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("PACER_CHANNELS_PREFIX", "asgi")},
     }
 }
 
@@ -153,6 +155,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"override": PACER_OVERRIDE_RATE},
     # ?format= belongs to the export endpoint (csv or json), not to content negotiation.
     "URL_FORMAT_OVERRIDE": None,
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Pacer API",

@@ -14,3 +14,6 @@ urlpatterns = [
     path("api/", include("controlplane.runs.api.urls")),
     path("metrics", metrics_view, name="metrics"),
 ]
+
+handler404 = "controlplane.views.not_found"
+handler500 = "controlplane.views.server_error"

@@ -1,10 +1,12 @@
-"""Following a run's decisions live: the stored ones first, then each new one as the run's
-websocket pushes it, with no gap and no repeat.
+"""Following a run's decisions live: the stored ones first, then the new ones as the run's
+websocket announces them, with no gap and no repeat.
 
-The websocket is opened before the stored decisions are read, so a decision made in between
-arrives on it; every decision carries its database id, and one already printed is skipped.
-A dropped connection is opened again and the stored decisions after the last one printed
-are read again, so nothing is lost while it was down. It ends when the run ends.
+What is printed always comes from the API, read after the last decision printed (by id); a
+websocket event only says "read now". Live events are delivered at most once (Channels drops
+them for a client that falls behind, and a connection can drop), so a follower that printed
+events themselves could miss one; this one misses none, and reads every ``RECHECK_S`` too, in
+case an event (the run's end, say) was lost. The websocket is opened before the first read,
+so nothing made in between goes unannounced; a dropped one is opened again.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pacer_cli.client import Api
 
 ENDED = ("completed", "failed", "cancelled")
 RECONNECT_S = 1.0  # pause before opening a dropped connection again
+RECHECK_S = 5.0  # read the stored decisions and the run's state this often without events
 # Close codes the server uses (controlplane.runs.consumers): the HTTP status plus 4000.
 CLOSE_REASONS = {
     4401: "the token was refused",
@@ -86,22 +89,35 @@ class Follower:
             queued: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
             reader = asyncio.ensure_future(self._read(socket, queued))
             try:
-                await asyncio.to_thread(self._stored)
-                run = await asyncio.to_thread(self.api.get, f"/api/runs/{self.run_id}/")
-                if run["state"] in ENDED:
-                    await asyncio.to_thread(self._stored)  # decisions of its last flush
-                    self.ended(run["state"], run.get("error", ""))
-                    return run["state"]
-                while True:
-                    event = await queued.get()
-                    if event is None:
+                state = await asyncio.to_thread(self._catch_up)
+                while state is None:
+                    try:
+                        async with asyncio.timeout(RECHECK_S):
+                            events = [await queued.get()]
+                    except TimeoutError:
+                        events = [{"type": "recheck"}]
+                    while not queued.empty():  # one read for a burst of events
+                        events.append(queued.get_nowait())
+                    closed = None in events
+                    kinds = {e.get("type") for e in events if e is not None}
+                    if closed or kinds & {"decision", "state", "recheck"}:
+                        state = await asyncio.to_thread(self._catch_up)
+                    if closed and state is None:
                         reader.result()  # raises why the connection ended
                         return None
-                    state = self._event(event)
-                    if state is not None:
-                        return state
+                return state
             finally:
                 reader.cancel()
+
+    def _catch_up(self) -> str | None:
+        """Print what was stored since the last decision printed; the run's state if it ended.
+        The state is read first: decisions stored before it ended are then all listed."""
+        run = self.api.get(f"/api/runs/{self.run_id}/")
+        self._stored()
+        if run["state"] in ENDED:
+            self.ended(run["state"], run.get("error", ""))
+            return str(run["state"])
+        return None
 
     async def _read(self, socket: Any, queued: asyncio.Queue[dict[str, Any] | None]) -> None:
         try:
@@ -122,16 +138,6 @@ class Follower:
             f"/api/runs/{self.run_id}/decisions/", since=since, kind=kinds, page_size=1000
         ):
             self._decision(decision)
-
-    def _event(self, event: dict[str, Any]) -> str | None:
-        kind, data = event.get("type"), event.get("data") or {}
-        if kind == "decision":
-            self._decision(data)
-        elif kind == "state" and data.get("state") in ENDED:
-            self._stored()  # anything flushed with the end
-            self.ended(data["state"], data.get("error", ""))
-            return str(data["state"])
-        return None
 
     def _decision(self, decision: dict[str, Any]) -> None:
         number = decision.get("id")

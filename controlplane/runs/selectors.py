@@ -2,38 +2,34 @@
 
 Each function returns a queryset or plain values, so views stay thin and every query is in
 one place where its index can be checked: decisions and samples are read by (run, time), the
-index the reporter writes them under.
+index the reporter writes them under. Engine samples, downsampled, are read by
+``sample_series``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, Max, Min, Q, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from controlplane.runs.models import (
     Decision,
     Engine,
-    EngineSample,
     EvalRecord,
     Override,
     Run,
     RunState,
     StepRecord,
 )
-from controlplane.runs.samples_sql import EpochBin
 from workers.core.controller.records import ControllerConfig
 
 ACTIVE = (RunState.QUEUED, RunState.RUNNING, RunState.STOPPING, RunState.PAUSED)
 HOSTED = (RunState.RUNNING, RunState.STOPPING)
-# Steps a downsampled series snaps to, so two charts of one run line up.
-NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
 # -- runs ----------------------------------------------------------------------------------
 
@@ -91,18 +87,16 @@ def decision_list(
     since: datetime | None = None,
     after_id: int | None = None,
 ) -> QuerySet[Decision]:
-    """Oldest first. ``after_id`` resumes after a decision already seen, in the same order."""
+    """Oldest first. ``after_id``: those stored after that decision (ids grow in the order a
+    run's one reporter stores them), for a client resuming where it stopped; not by time,
+    since two flushes' wall times may tie or, across a clock step, go backwards."""
     decisions = Decision.objects.filter(run=run).select_related("override")
     if kinds:
         decisions = decisions.filter(kind__in=kinds)
     if since is not None:
         decisions = decisions.filter(at__gt=since)
     if after_id is not None:
-        seen = Decision.objects.filter(run=run, pk=after_id).values_list("at", flat=True).first()
-        if seen is None:
-            decisions = decisions.filter(pk__gt=after_id)
-        else:
-            decisions = decisions.filter(Q(at__gt=seen) | Q(at=seen, pk__gt=after_id))
+        decisions = decisions.filter(pk__gt=after_id)
     return decisions.order_by("at", "id")
 
 
@@ -209,127 +203,6 @@ def export_chunks(table: str, run_id: int, size: int) -> Iterator[list[dict]]:
         after = chunk_key(table, rows[-1])
 
 
-# -- engine samples, downsampled in SQL ------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SampleSeries:
-    step_s: float
-    since: datetime | None
-    until: datetime | None
-    points: list[dict[str, Any]]
-
-
-class TooManyPoints(ValueError):
-    """The step asked for gives more points per engine than one answer holds."""
-
-    def __init__(self, points: int, least_step_s: float) -> None:
-        self.least_step_s = least_step_s
-        super().__init__(
-            f"gives {points} points per engine, more than {settings.PACER_SAMPLES_MAX_POINTS}: "
-            f"use step_s >= {least_step_s:g}"
-        )
-
-
-def sample_series(
-    run: Run,
-    *,
-    engines: Sequence[str] = (),
-    since: datetime | None = None,
-    until: datetime | None = None,
-    step_s: float | None = None,
-) -> SampleSeries:
-    """Each engine's samples in ``step_s`` bins: the mean of gauges (KV usage, running,
-    waiting), the sum of deltas (preemptions, generated tokens, prefix-cache hits and queries)
-    and the rates they make over the seconds the bin's samples cover. One grouped query; the
-    step defaults to the smallest nice one giving at most PACER_SAMPLES_MAX_POINTS bins."""
-    samples = EngineSample.objects.filter(run=run)
-    if engines:
-        samples = samples.filter(engine_id__in=engines)
-    if since is not None:
-        samples = samples.filter(at__gte=since)
-    if until is not None:
-        samples = samples.filter(at__lt=until)
-    span = _span_s(samples, since, until)
-    step = _step(span, step_s)
-    rows = (
-        samples.annotate(bin=EpochBin("at", step))
-        .values("engine_id", "bin")
-        .annotate(
-            n=Count("id"),
-            kv_mean=Avg("kv_usage"),
-            kv_max=Max("kv_usage"),
-            running_mean=Avg("num_running"),
-            waiting_mean=Avg("num_waiting"),
-            waiting_capacity_mean=Avg("num_waiting_capacity"),
-            preemptions_sum=Sum("num_preemptions"),
-            tokens_sum=Sum("generation_tokens"),
-            hits_sum=Sum("prefix_cache_hits"),
-            queries_sum=Sum("prefix_cache_queries"),
-            seconds_sum=Sum("interval_s"),
-            staleness_max=Max("staleness_s"),
-            not_up=Count("id", filter=~Q(health="up")),
-            restarts=Count("id", filter=Q(restarted=True)),
-        )
-        .order_by("engine_id", "bin")
-    )
-    return SampleSeries(step, since, until, [_point(row, step) for row in rows])
-
-
-def _span_s(
-    samples: QuerySet[EngineSample], since: datetime | None, until: datetime | None
-) -> float:
-    if since is not None and until is not None:
-        return max(0.0, (until - since).total_seconds())
-    found = samples.aggregate(first=Min("at"), last=Max("at"))
-    first = since or found["first"]
-    last = until or found["last"]
-    if first is None or last is None:
-        return 0.0
-    return max(0.0, (last - first).total_seconds())
-
-
-def _step(span_s: float, asked: float | None) -> float:
-    most = settings.PACER_SAMPLES_MAX_POINTS
-    least = span_s / most
-    if asked is not None:
-        points = math.floor(span_s / asked) + 1
-        if points > most:
-            raise TooManyPoints(points, math.ceil(least))
-        return asked
-    for nice in NICE_STEPS_S:
-        if nice >= least:
-            return float(nice)
-    return float(math.ceil(least / 86400) * 86400)
-
-
-def _point(row: dict[str, Any], step: float) -> dict[str, Any]:
-    seconds = row["seconds_sum"] or 0.0
-    tokens, preemptions = int(row["tokens_sum"] or 0), int(row["preemptions_sum"] or 0)
-    hits, queries = int(row["hits_sum"] or 0), int(row["queries_sum"] or 0)
-    return {
-        "engine": row["engine_id"],
-        "at": datetime.fromtimestamp(int(row["bin"]) * step, UTC),
-        "samples": row["n"],
-        "kv_usage": row["kv_mean"],
-        "kv_usage_max": row["kv_max"],
-        "num_running": row["running_mean"],
-        "num_waiting": row["waiting_mean"],
-        "num_waiting_capacity": row["waiting_capacity_mean"],
-        "preemptions": preemptions,
-        "generation_tokens": tokens,
-        "prefix_cache_hits": hits,
-        "prefix_cache_queries": queries,
-        "seconds": seconds,
-        "tokens_per_s": tokens / seconds if seconds > 0 else None,
-        "preemptions_per_s": preemptions / seconds if seconds > 0 else None,
-        "prefix_hit_rate": hits / queries if queries else None,
-        "staleness_max_s": row["staleness_max"],
-        "not_up": row["not_up"],
-        "restarts": row["restarts"],
-    }
-
-
 # -- engines and their health ----------------------------------------------------------------
 
 
@@ -362,7 +235,7 @@ def engine_views(engines: list[Engine]) -> list[EngineView]:
     uses = {run.pk: _run_engines(run, registry) for run in active}
     views = []
     for engine in engines:
-        runs = [run.pk for run in active if any(u.name == engine.name for u in uses[run.pk])]
+        runs = sorted(r.pk for r in active if any(u.name == engine.name for u in uses[r.pk]))
         warnings = [
             warning
             for run in active
@@ -433,11 +306,11 @@ def _batch_limit(run: Run, engines: Iterable[_Use]) -> str | None:
 def engine_in_use(engine: Engine) -> list[int]:
     """Active runs whose config names the engine, which must not lose it."""
     registry = {e.name: e for e in Engine.objects.all()}
-    return [
+    return sorted(
         run.pk
         for run in Run.objects.filter(state__in=ACTIVE).only("id", "config")
         if any(u.name == engine.name for u in _run_engines(run, registry))
-    ]
+    )
 
 
 def pending_override_count() -> QuerySet[Any]:

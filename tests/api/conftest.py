@@ -3,20 +3,36 @@ store, for the API's tests on PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.test import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from controlplane.runs.models import Decision, Run, RunState
 from controlplane.runs.roles import grant
+from tests.conftest import REPO_ROOT, VENV_BIN, free_port, stop_process_group
+from tests.integration.hosting import (
+    STARTUP_S,
+    SimEngine,
+    run_document,
+    session_database_url,
+    sim_engines,
+    wait_for,
+)
 from workers.celery import app
 
 
@@ -41,6 +57,24 @@ def make_account(username: str, role: str | None, *, superuser: bool = False) ->
     if role is not None:
         grant(user, role)
     return Account(user, Token.objects.create(user=user).key)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_channels() -> Iterator[None]:
+    """Live events under a prefix of this session's own, here and in the servers and workers
+    it starts: run ids restart with each test database, and another session on the same Redis
+    has a run 1 too, whose events would otherwise reach this session's websockets."""
+    prefix = f"pacer-test-{uuid.uuid4().hex[:12]}"
+    layers = {"default": {**settings.CHANNEL_LAYERS["default"]}}
+    layers["default"]["CONFIG"] = {**layers["default"]["CONFIG"], "prefix": prefix}
+    before = os.environ.get("PACER_CHANNELS_PREFIX")
+    os.environ["PACER_CHANNELS_PREFIX"] = prefix
+    with override_settings(CHANNEL_LAYERS=layers):
+        yield
+    if before is None:
+        del os.environ["PACER_CHANNELS_PREFIX"]
+    else:
+        os.environ["PACER_CHANNELS_PREFIX"] = before
 
 
 @pytest.fixture(autouse=True)
@@ -119,3 +153,120 @@ def make_decisions(run: Run, count: int, *, start: datetime = T0, kind: str = "g
         for i in range(count)
     ]
     return Decision.objects.bulk_create(rows)
+
+
+@pytest.fixture(scope="session")
+def sim_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimEngine]:
+    """One simulated engine for the whole session: run creation asks engines to answer."""
+    with sim_engines(tmp_path_factory.mktemp("api-sims"), 1) as started:
+        yield started[0]
+
+
+def config_document(engine_url: str, **top: Any) -> dict[str, Any]:
+    """A valid config on ``engine_url``: the one hosted runs use, quick steps."""
+    document = run_document([SimEngine(engine_url, None, None)], name="api-run")  # type: ignore[arg-type]
+    document.update(top)
+    return document
+
+
+def config_toml(engine_url: str, name: str = "api-toml", max_steps: int = 5) -> str:
+    return f"""\
+name = "{name}"
+batch_size = 16
+group_size = 4
+max_steps = {max_steps}
+
+[concurrency]
+policy = "pacer"
+max_inflight = 128
+poll_interval_s = 0.5
+[concurrency.pacing]
+window = 0.5
+
+[[env]]
+name = "multiturn"
+args = {{ turns = 2, prompt_tokens = 64, observation_tokens = 32 }}
+[env.sampling]
+max_tokens = 32
+
+[[engine]]
+url = "{engine_url}"
+
+[wandb]
+mode = "disabled"
+"""
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def daphne_server(folder: Path, queue: str, runs_dir: Path) -> Iterator[LiveServer]:
+    """The real ASGI server (HTTP and websockets) on the test database, sending run tasks to
+    ``queue``."""
+    port = free_port()
+    log_path = folder / "daphne.log"
+    env = {
+        **os.environ,
+        "DATABASE_URL": session_database_url(),
+        "PACER_CELERY_QUEUE": queue,
+        "PACER_RUNS_DIR": str(runs_dir),
+        "PACER_THROTTLE_PREFIX": f"pacer-test-{uuid.uuid4().hex}",
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                str(VENV_BIN / "daphne"),
+                *("-b", "127.0.0.1", "-p", str(port)),
+                "controlplane.asgi:application",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        wait_for(lambda: _answers(server), STARTUP_S, "daphne")
+        yield server
+    finally:
+        stop_process_group(process)
+
+
+def _answers(server: LiveServer) -> bool:
+    assert server.process.poll() is None, server.log()[-3000:]
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"{server.url}/api/health/", timeout=2.0).status_code == 200
+    return False
+
+
+@pytest.fixture(scope="module")
+def module_queue() -> Iterator[str]:
+    """A queue of this module's own for the server it starts (and any worker)."""
+    name = f"pacer-api-{uuid.uuid4().hex[:8]}"
+    before = app.conf.task_default_queue
+    app.conf.task_default_queue = name
+    yield name
+    app.conf.task_default_queue = before
+    with app.connection_for_write() as connection:
+        connection.default_channel.client.delete(name)
+
+
+@pytest.fixture(scope="module")
+def live_server_api(
+    django_db_setup: None,
+    django_db_blocker: Any,
+    module_queue: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LiveServer]:
+    folder = tmp_path_factory.mktemp("live")
+    with django_db_blocker.unblock(), daphne_server(folder, module_queue, folder / "runs") as s:
+        yield s

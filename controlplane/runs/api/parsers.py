@@ -1,7 +1,7 @@
 """Request bodies: JSON everywhere, TOML too where a run config is given.
 
 Both read at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes: the middleware refuses a declared
-larger body before it is read, and this refuses one sent without a length (chunked).
+larger body before it is read, and this bounds the read whatever the stream holds.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class BoundedJSONParser(BaseParser):
             return json.loads(text, parse_constant=_refuse_constant)
         except ValueError as bad:
             raise ParseError(f"the JSON does not parse: {bad}") from None
+        except RecursionError:
+            raise ParseError("the JSON nests too deep to be a config") from None
 
 
 class TOMLParser(BaseParser):
@@ -66,6 +68,8 @@ class TOMLParser(BaseParser):
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as bad:
             raise ParseError(f"the TOML does not parse: {bad}") from None
+        except RecursionError:
+            raise ParseError("the TOML nests too deep to be a config") from None
 
 
 def _refuse_constant(name: str) -> Any:

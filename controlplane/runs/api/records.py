@@ -3,6 +3,7 @@ acknowledgements of them), evaluation waves, and exports of decisions and steps.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.http import Http404
@@ -14,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.runs import selectors, services
+from controlplane.runs import sample_series, selectors, services
 from controlplane.runs.api.exceptions import Conflict
 from controlplane.runs.api.export import export_response
 from controlplane.runs.api.inputs import AckInput, DecisionFilters, ExportFilters, SampleFilters
@@ -48,7 +49,7 @@ class DecisionListApi(APIView):
     )
     def get(self, request: Request, run_id: int) -> Response:
         run = get_run(run_id)
-        filters = DecisionFilters(data=request.query_params)
+        filters = DecisionFilters(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         since = filters.validated_data.get("since")
         decisions = selectors.decision_list(
@@ -71,27 +72,43 @@ class SampleSeriesApi(APIView):
     )
     def get(self, request: Request, run_id: int) -> Response:
         run = get_run(run_id)
-        filters = SampleFilters(data=request.query_params)
+        filters = SampleFilters(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         found: dict[str, Any] = filters.validated_data
         try:
-            series = selectors.sample_series(
+            series = sample_series.sample_series(
                 run,
                 engines=found.get("engine", []),
                 since=found.get("since"),
                 until=found.get("until"),
                 step_s=found.get("step_s"),
             )
-        except selectors.TooManyPoints as refused:
+        except sample_series.TooManyPoints as refused:
             raise serializers.ValidationError({"step_s": [str(refused)]}) from None
-        return Response(SampleSeriesSerializer(series).data)
+        # Plain values, not the serializer (which documents them): a chart's few thousand
+        # points cost more in DRF's per-field machinery than in the database.
+        return Response(
+            {
+                "step_s": series.step_s,
+                "since": _iso(series.since),
+                "until": _iso(series.until),
+                "points": [{**p, "at": _iso(p["at"])} for p in series.points],
+            }
+        )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    """As DRF's DateTimeField writes UTC times: ``2026-11-30T12:00:00Z``."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class StepListApi(APIView):
     pagination_class = ByStep
 
     @extend_schema(
-        operation_id="runs_steps_list", responses={200: StepSerializer(many=True), **READ_ERRORS}
+        operation_id="runs_steps_list", responses={200: StepSerializer(many=True), **FILTER_ERRORS}
     )
     def get(self, request: Request, run_id: int) -> Response:
         return paginated(self, request, selectors.step_list(get_run(run_id)), StepSerializer)
@@ -131,7 +148,7 @@ class EvalListApi(APIView):
     pagination_class = ByWave
 
     @extend_schema(
-        operation_id="runs_evals_list", responses={200: EvalSerializer(many=True), **READ_ERRORS}
+        operation_id="runs_evals_list", responses={200: EvalSerializer(many=True), **FILTER_ERRORS}
     )
     def get(self, request: Request, run_id: int) -> Response:
         return paginated(self, request, selectors.eval_list(get_run(run_id)), EvalSerializer)
@@ -174,6 +191,6 @@ class ExportApi(APIView):
         if table not in ("decisions", "steps"):
             raise Http404
         run = get_run(run_id)
-        filters = ExportFilters(data=request.query_params)
+        filters = ExportFilters(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         return export_response(request._request, table, filters.validated_data["format"], run.pk)

@@ -75,7 +75,7 @@ class RunListApi(APIView):
         responses={200: RunListSerializer(many=True), 400: ErrorSerializer, **READ_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        filters = RunFilters(data=request.query_params)
+        filters = RunFilters(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         found = filters.validated_data
         runs = selectors.run_list(
@@ -202,7 +202,7 @@ class OverrideListApi(APIView):
 
     @extend_schema(
         operation_id="runs_overrides_list",
-        responses={200: OverrideSerializer(many=True), **READ_ERRORS},
+        responses={200: OverrideSerializer(many=True), 400: ErrorSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, run_id: int) -> Response:
         rows = selectors.override_list(get_run(run_id))
