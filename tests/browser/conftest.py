@@ -143,6 +143,10 @@ def stack(
     runs_dir = folder / "runs"
     before = app.conf.task_default_queue
     app.conf.task_default_queue = queue  # runs created by test code go to this stack's worker
+    # Live events apart from any other stack on the same Redis (run ids repeat across test
+    # databases); the web server and the worker inherit it.
+    prefix_before = os.environ.get("PACER_CHANNELS_PREFIX")
+    os.environ["PACER_CHANNELS_PREFIX"] = f"pacer-{queue}"
     with sim_engines(folder, 2) as engines:
         with django_db_blocker.unblock():
             env = _stack_env(folder, queue, runs_dir)
@@ -162,6 +166,10 @@ def stack(
             web.stop()
             stop_worker(worker)
             app.conf.task_default_queue = before
+            if prefix_before is None:
+                del os.environ["PACER_CHANNELS_PREFIX"]
+            else:
+                os.environ["PACER_CHANNELS_PREFIX"] = prefix_before
 
 
 def _stack_env(folder: Path, queue: str, runs_dir: Path) -> dict[str, str]:

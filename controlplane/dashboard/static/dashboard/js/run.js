@@ -247,3 +247,13 @@ const socket = new LiveSocket(page.websocket, {
   },
 });
 socket.start();
+
+// Live events are at most once (Channels drops them for a full channel): decisions are read
+// again from the last one seen every RESYNC_MS, merged by id like any other.
+const RESYNC_MS = 15000;
+setInterval(() => {
+  if (held || ended || !lastDecision) return;
+  getAllPages(withQuery(page.api.decisions, { since: String(lastDecision[1]), page_size: 1000 }), 5)
+    .then((rows) => rows.forEach(addDecision))
+    .catch(() => {});
+}, RESYNC_MS);
