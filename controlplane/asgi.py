@@ -18,7 +18,8 @@ from controlplane.routing import websocket_urlpatterns  # noqa: E402
 from controlplane.ws_auth import TokenAuthMiddleware  # noqa: E402
 
 # daphne serves no files of its own: with DEBUG on (the quick start), Django serves the static
-# files (the admin's styles); in production a web server in front serves STATIC_ROOT.
+# files from the apps' folders; with DEBUG off, whitenoise (a middleware, see settings) serves
+# the collected STATIC_ROOT.
 application = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_http) if settings.DEBUG else django_http,

@@ -46,10 +46,15 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI's files, served locally: no CDN is reachable
     "channels",
     "controlplane.runs",
+    "controlplane.dashboard",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # With DEBUG off, whitenoise serves the collected static files (the dashboard's scripts,
+    # uPlot, the admin's styles) from STATIC_ROOT; with DEBUG on, asgi.py's static handler
+    # serves them from the apps' folders, so no collectstatic is needed while developing.
+    *([] if DEBUG else ["whitenoise.middleware.WhiteNoiseMiddleware"]),
     # Before anything reads the body: a request larger than DATA_UPLOAD_MAX_MEMORY_SIZE is a
     # JSON 413, never read, never a 500.
     "controlplane.runs.api.errors.BodySizeLimitMiddleware",
@@ -67,7 +72,7 @@ ASGI_APPLICATION = "controlplane.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -181,7 +186,9 @@ PACER_METRICS_ENDED_RUNS_S = 3600.0
 # targets usually are on an internal network (it shows run ids and figures, not configs).
 PACER_METRICS_TOKEN = env_str("PACER_METRICS_TOKEN", "")
 
-LOGIN_URL = "admin:login"  # the admin's sign-in page serves the dashboard too
+LOGIN_URL = "dashboard:signin"
+LOGIN_REDIRECT_URL = "dashboard:runs"
+LOGOUT_REDIRECT_URL = "dashboard:signin"
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 LANGUAGE_CODE = "en-us"

@@ -4,10 +4,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane.health import HealthApi
 from controlplane.metrics import metrics_view
-from controlplane.views import home
 
 urlpatterns = [
-    path("", home, name="home"),
+    path("", include("controlplane.dashboard.urls")),
     path("admin/", admin.site.urls),
     path("api/health/", HealthApi.as_view(), name="health"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -164,3 +164,38 @@ ensure_postgres() {
   fi
   die "PostgreSQL cluster $version/main refuses the login in DATABASE_URL ($where): set DATABASE_URL to a role that may create databases (e.g. sudo -u postgres psql -c \"ALTER USER postgres PASSWORD 'postgres'\" for the default)"
 }
+
+# Node and npm, for the dashboard's browser packages: the ones on PATH, or the system's
+# packages when missing (as ensure_redis does for Redis).
+ensure_node() {
+  command -v node >/dev/null && command -v npm >/dev/null && return 0
+  apt_install nodejs npm ||
+    die "Node.js and npm are needed for the dashboard's packages and could not be installed: install them"
+}
+
+# The dashboard's browser packages (uPlot, pinned in package-lock.json): `npm ci` again only
+# when the lockfile changed since, then uPlot's built files copied into the app's static
+# folder (gitignored), where Django (DEBUG on) or collectstatic and whitenoise find them.
+DASHBOARD_VENDOR=$PACER_ROOT/controlplane/dashboard/static/dashboard/vendor
+ensure_assets() {
+  local hash stamp=$PACER_ROOT/node_modules/.pacer-lock-hash
+  hash=$(sha256sum "$PACER_ROOT/package-lock.json" | cut -d' ' -f1)
+  if [[ $(cat "$stamp" 2>/dev/null) != "$hash" ]]; then
+    ensure_node
+    say "dashboard packages: npm ci (package-lock.json changed)"
+    (cd "$PACER_ROOT" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci failed (see above)"
+    echo "$hash" >"$stamp"
+  fi
+  mkdir -p "$DASHBOARD_VENDOR/uplot"
+  cp "$PACER_ROOT"/node_modules/uplot/dist/{uPlot.iife.min.js,uPlot.min.css} "$DASHBOARD_VENDOR/uplot/" ||
+    die "uPlot's files are missing from node_modules: remove node_modules and run again"
+}
+
+# Debian's Chromium, which the browser tests drive through Playwright (never a browser
+# download of Playwright's own: none can be fetched here).
+CHROMIUM=${PACER_CHROMIUM:-/usr/bin/chromium}
+ensure_chromium() {
+  [[ -x $CHROMIUM ]] && return 0
+  apt_install chromium || die "Chromium is needed by the browser tests and could not be installed: install chromium"
+  [[ -x $CHROMIUM ]] || die "chromium was installed but $CHROMIUM is not there: set PACER_CHROMIUM"
+}

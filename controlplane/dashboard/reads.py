@@ -1,0 +1,168 @@
+"""What the dashboard's pages read that the REST API does not hand over in one piece: a page
+of runs with each one's recent caps (the list's sparklines), the KV lines a run's policy
+trims and sheds at, the engines a run names, and the example configs.
+
+Every query here is bounded: the runs list costs one query for the page and one index range
+scan per run shown (``decision_run_at``, read backwards), whatever the runs' ages.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.paginator import Page, Paginator
+
+from controlplane.runs.models import Decision, Engine, Run
+from workers.core.config.fields import ConfigError
+from workers.core.config.run import parse_run_config
+from workers.core.controller.policies.pacer import PacerConfig
+from workers.core.controller.policies.reference import ReferenceConfig
+
+RUNS_PER_PAGE = 25
+# A sparkline shows the shape of the last few dozen cap changes, not a run's whole history.
+SPARKLINE_DECISIONS = 60
+EXAMPLES_DIR = Path(settings.BASE_DIR) / "configs"
+DEFAULT_EXAMPLE = "multiturn"
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    run: Run
+    max_steps: int | None
+    sparkline: list[list[float]]  # [[unix seconds, cap], ...], oldest first
+
+
+def runs_page(number: str | int | None) -> tuple[Page, list[RunRow]]:
+    """One page of runs, newest first, each with its cap sparkline."""
+    runs = Run.objects.only(
+        "id",
+        "name",
+        "state",
+        "step",
+        "cap",
+        "policy_cap",
+        "inflight_train",
+        "inflight_eval",
+        "generation_tokens_per_s",
+        "created_at",
+        "finished_at",
+        "config",
+    ).order_by("-created_at", "-id")
+    page = Paginator(runs, RUNS_PER_PAGE).get_page(number)
+    rows = [RunRow(run, _max_steps(run.config), cap_sparkline(run)) for run in page.object_list]
+    return page, rows
+
+
+def cap_sparkline(run: Run) -> list[list[float]]:
+    """The cap after each of the run's last decisions, and its cap now (or when it ended)."""
+    recent = list(
+        Decision.objects.filter(run_id=run.pk)
+        .order_by("-at", "-id")
+        .values_list("at", "cap_after")[:SPARKLINE_DECISIONS]
+    )
+    points = [[at.timestamp(), float(cap)] for at, cap in reversed(recent)]
+    if points and run.cap is not None:
+        end = run.finished_at.timestamp() if run.finished_at else None
+        if end is not None and end > points[-1][0]:
+            points.append([end, float(run.cap)])
+    return points
+
+
+def _max_steps(config: Any) -> int | None:
+    value = config.get("max_steps") if isinstance(config, dict) else None
+    return value if isinstance(value, int) else None
+
+
+@dataclass(frozen=True, slots=True)
+class KvLines:
+    """Where the run's policy trims the cap and where it also sheds episodes."""
+
+    policy: str
+    trim: float
+    shed: float
+
+
+def kv_lines(config: Any) -> KvLines:
+    """From the run's config, or the policy's defaults where the config does not parse (a
+    config stored by an older schema): the lines the KV chart draws bands at. ``fixed``
+    reads the reference policy's signals, so it draws the reference's lines."""
+    try:
+        concurrency = parse_run_config(config).concurrency
+    except ConfigError:
+        policy = _policy_name(config)
+        lines = PacerConfig() if policy == "pacer" else ReferenceConfig()
+        return KvLines(policy, lines.trim_kv_usage, lines.shed_kv_usage)
+    chosen = concurrency.pacer if concurrency.policy == "pacer" else concurrency.reference
+    return KvLines(concurrency.policy, chosen.trim_kv_usage, chosen.shed_kv_usage)
+
+
+def _policy_name(config: Any) -> str:
+    concurrency = config.get("concurrency") if isinstance(config, dict) else None
+    policy = concurrency.get("policy") if isinstance(concurrency, dict) else None
+    return policy if policy in ("pacer", "reference", "fixed") else "pacer"
+
+
+def observe_only(config: Any) -> bool:
+    concurrency = config.get("concurrency") if isinstance(config, dict) else None
+    return isinstance(concurrency, dict) and concurrency.get("observe") is True
+
+
+def poll_interval_s(config: Any) -> float:
+    try:
+        return parse_run_config(config).concurrency.poll_interval_s
+    except ConfigError:
+        return 5.0
+
+
+def run_engines(config: Any) -> list[dict[str, Any]]:
+    """The engines a run names, under the id its samples carry (the registered name, or
+    ``host:port`` for one given by URL), with the role and ``max_num_seqs`` it runs with."""
+    listed = config.get("engine") if isinstance(config, dict) else None
+    entries = [e for e in listed if isinstance(e, dict)] if isinstance(listed, list) else []
+    names = [e["name"] for e in entries if isinstance(e.get("name"), str)]
+    registry = {e.name: e for e in Engine.objects.filter(name__in=names)}
+    engines = []
+    for entry in entries:
+        name, url = entry.get("name"), entry.get("url")
+        row = registry.get(name) if isinstance(name, str) else None
+        if isinstance(name, str):
+            engine_id = name
+        elif isinstance(url, str):
+            engine_id = urlsplit(url).netloc or url
+        else:
+            continue
+        engines.append(
+            {
+                "engine_id": engine_id,
+                "url": row.url if row else url,
+                "role": entry.get("role") or (row.role if row else "unified"),
+                "max_num_seqs": entry.get("max_num_seqs") or (row.max_num_seqs if row else None),
+            }
+        )
+    return engines
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    name: str
+    toml: str
+    json: str
+
+
+def examples() -> list[Example]:
+    """Every shipped example config, as written (TOML) and as the same document in JSON."""
+    found = []
+    for path in sorted(EXAMPLES_DIR.glob("*.toml")):
+        text = path.read_text()
+        found.append(Example(path.stem, text, json.dumps(tomllib.loads(text), indent=2)))
+    return found
+
+
+def registered_engines() -> list[Engine]:
+    return list(Engine.objects.order_by("name"))

@@ -1,0 +1,114 @@
+"""The dashboard's pages. Each view checks who may see it and gathers what the template and
+the page's script need; reading live figures and every write go through the REST API and the
+run's websocket from the browser, so the page and the ``pacer`` CLI see the same thing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+
+from controlplane.dashboard import reads
+from controlplane.health import check_database, check_redis
+from controlplane.runs import selectors
+from controlplane.runs.roles import is_operator, role_of
+from workers.core.decisions import DecisionKind
+
+VIEWER_REASON = (
+    "You are signed in as a viewer: commands need the operator role (ask an admin to run "
+    "`python manage.py pacer_user NAME --role operator`)."
+)
+
+
+class SignIn(auth_views.LoginView):
+    """The dashboard's own sign-in page (the admin's is for staff accounts only)."""
+
+    template_name = "dashboard/signin.html"
+    redirect_authenticated_user = True
+
+
+class SignOut(auth_views.LogoutView):
+    """Signs out on POST (Django refuses a GET: a link must not sign anyone out)."""
+
+
+def _common(request: HttpRequest) -> dict[str, Any]:
+    return {"role": role_of(request.user), "operator": is_operator(request.user)}
+
+
+@login_required
+def runs_list(request: HttpRequest) -> HttpResponse:
+    page, rows = reads.runs_page(request.GET.get("page"))
+    context = {
+        **_common(request),
+        "page": page,
+        "rows": rows,
+        "sparklines": {str(row.run.pk): row.sparkline for row in rows},
+        "checks": {"database": check_database(), "redis": check_redis()},
+    }
+    return render(request, "dashboard/runs.html", context)
+
+
+@login_required
+def run_new(request: HttpRequest) -> HttpResponse:
+    if not is_operator(request.user):
+        context = {**_common(request), "reason": "Creating runs needs the operator role."}
+        return render(request, "dashboard/forbidden.html", context, status=403)
+    examples = reads.examples()
+    context = {
+        **_common(request),
+        "examples": examples,
+        "engines": reads.registered_engines(),
+        "page_data": {
+            "examples": {e.name: {"toml": e.toml, "json": e.json} for e in examples},
+            "default_example": reads.DEFAULT_EXAMPLE,
+            "api": {"runs": reverse("api:run-list")},
+            "run_url": reverse("dashboard:run", args=[0]),
+        },
+    }
+    return render(request, "dashboard/run_new.html", context)
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(run_id)
+    if run is None:
+        raise Http404("no such run")
+    operator = is_operator(request.user)
+    lines = reads.kv_lines(run.config)
+    low, high = selectors.run_cap_bounds(run)
+    page_data = {
+        "run": run.pk,
+        "operator": operator,
+        "viewer_reason": "" if operator else VIEWER_REASON,
+        "kv_lines": {"policy": lines.policy, "trim": lines.trim, "shed": lines.shed},
+        "poll_interval_s": reads.poll_interval_s(run.config),
+        "cap_bounds": [low, high],
+        "engines": reads.run_engines(run.config),
+        "kinds": [kind.value for kind in DecisionKind],
+        "websocket": f"/ws/runs/{run.pk}/",
+        "api": {
+            "run": reverse("api:run-detail", args=[run.pk]),
+            "decisions": reverse("api:run-decisions", args=[run.pk]),
+            "samples": reverse("api:run-samples", args=[run.pk]),
+            "steps": reverse("api:run-steps", args=[run.pk]),
+            "override": reverse("api:run-override-create", args=[run.pk]),
+            "overrides": reverse("api:run-overrides", args=[run.pk]),
+            "stop": reverse("api:run-stop", args=[run.pk]),
+            "pause": reverse("api:run-pause", args=[run.pk]),
+            "resume": reverse("api:run-resume", args=[run.pk]),
+        },
+        "signin": reverse("dashboard:signin"),
+    }
+    context = {
+        **_common(request),
+        "run": run,
+        "observe": reads.observe_only(run.config),
+        "lines": lines,
+        "cap_bounds": (low, high),
+        "page_data": page_data,
+    }
+    return render(request, "dashboard/run_detail.html", context)

@@ -1,0 +1,241 @@
+"""The run page against a live run: charts and timeline moving, a pin moving the cap and
+showing the policy's shadow line, release, the click-to-decision latency, a viewer's disabled
+panel, a web server restart the page rides out with no gap and no duplicate, and stop."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from playwright.sync_api import Page, expect
+
+from controlplane.runs.models import Decision, Run
+from controlplane.runs.services import override_create, run_create
+from tests.browser.conftest import OPERATOR, Stack, screenshot
+from tests.integration.hosting import run_document, wait_for
+
+pytestmark = pytest.mark.browser
+
+POLL_S = 0.5
+LATENCY_CLICKS = 20
+
+
+@pytest.fixture(scope="module")
+def live_run(stack: Stack, django_db_blocker: Any) -> Iterator[Run]:
+    """A long run on the registered simulator engines, created as the operator would."""
+    document = run_document(
+        stack.engines, name="browser-live", max_steps=100_000, group_size=4, batch_size=16
+    )
+    document["engine"] = [{"name": "sim-engine-0"}, {"name": "sim-engine-1"}]
+    document["concurrency"]["poll_interval_s"] = POLL_S
+    with django_db_blocker.unblock():
+        owner = get_user_model().objects.get(username=OPERATOR)
+        # The stack's engines answer already; preflight's asyncio.run cannot run beside
+        # Playwright's event loop.
+        run = run_create(document=document, created_by=owner, check_engines=False)
+        wait_for(lambda: Decision.objects.filter(run=run).exists(), 60, "the first decision")
+        connection.close()
+    yield run
+    with django_db_blocker.unblock():
+        run.refresh_from_db()
+        if not run.is_ended:
+            override_create(run=run, created_by=None, mode="stop", reason="module done")
+        connection.close()
+
+
+def open_run(page: Page, stack: Stack, run: Run) -> None:
+    page.goto(f"{stack.web.url}/runs/{run.pk}/")
+    expect(page.locator("#live-status")).to_have_text("live")
+    page.wait_for_function("() => window.pacerMetrics.backfills >= 1")
+
+
+def chart(page: Page, name: str) -> list[list[float | None]]:
+    return page.evaluate(f"() => window.pacerPlots.{name}.data.map((column) => Array.from(column))")
+
+
+def command(page: Page, mode: str, *, cap: int | None = None, reason: str = "browser test") -> None:
+    """Click a command and wait until the panel says what came of it."""
+    before = page.locator("#ov-log li").count()
+    page.fill("#ov-reason", reason)
+    if cap is not None:
+        page.fill("#ov-cap", str(cap))
+    page.click(f"#cmd-{mode}")
+    expect(page.locator("#ov-log li")).to_have_count(before + 1)
+    expect(page.locator("#ov-log li").first).to_have_class("applied", timeout=30_000)
+
+
+def last_value(column: list[float | None]) -> float | None:
+    known = [v for v in column if v is not None]
+    return known[-1] if known else None
+
+
+def test_the_cap_chart_and_the_timeline_move_live(
+    operator_page: Page, stack: Stack, live_run: Run
+) -> None:
+    page = operator_page
+    open_run(page, stack, live_run)
+    expect(page.locator('#timeline tr[data-kind="bootstrap"]')).to_have_count(1)
+    first = chart(page, "cap")
+    page.wait_for_function(
+        f"() => window.pacerPlots.cap.data[0].length >= {len(first[0]) + 6}", timeout=20_000
+    )
+    second = chart(page, "cap")
+    assert second[0][-1] > first[0][-1]  # newer points arrived over the websocket
+    assert sorted(set(second[0])) == second[0]  # one row per time, in order
+    kv = chart(page, "kv")
+    assert len(kv) == 1 + 1 + 2 + 3  # x, max KV, two engines, the trim/shed/top lines
+    assert {v for v in kv[-3] if v is not None} == {0.92}  # the policy's default trim line
+    expect(page.locator("#engine-table tbody tr")).to_have_count(2)
+    expect(page.locator("#engine-table .health-up").first).to_be_visible()
+    rows = page.locator("#timeline tbody tr").count()
+    page.select_option("#timeline-kind", "bootstrap")
+    expect(page.locator("#timeline tbody tr:visible")).to_have_count(1)
+    page.select_option("#timeline-kind", "")
+    assert page.locator("#timeline tbody tr:visible").count() >= rows
+
+
+def test_a_pin_moves_the_cap_shows_the_shadow_line_and_release_ends_it(
+    operator_page: Page, stack: Stack, live_run: Run, db_access: None
+) -> None:
+    page = operator_page
+    open_run(page, stack, live_run)
+    live_run.refresh_from_db()
+    pinned = 3 if (live_run.cap or 0) > 3 else 5
+    page.fill("#ov-ttl", "600")
+    command(page, "pin", cap=pinned, reason="KV experiment")
+    pin_row = page.locator('#timeline tr[data-kind="pin"]').first
+    expect(pin_row).to_contain_text(f"→ {pinned}")
+    expect(pin_row).to_contain_text("KV experiment")
+    page.wait_for_function(  # a few polls while pinned: the policy's own cap differs
+        "(pinned) => window.pacerPlots.cap.data[2]"
+        ".filter((v) => v !== null && v !== pinned).length >= 3",
+        arg=pinned,
+        timeout=30_000,
+    )
+    data = chart(page, "cap")
+    assert last_value(data[1]) == pinned  # the cap line moved to the pin
+    assert last_value(data[2]) not in (None, pinned)  # the shadow line: what the policy wants
+    path = screenshot(page, "run-detail-pinned")
+    print(f"\nscreenshot during a pin: {path}")
+
+    command(page, "release", reason="done")
+    expect(page.locator('#timeline tr[data-kind="release"]').first).to_be_visible()
+    page.wait_for_function(  # polls after the release carry no shadow
+        "() => window.pacerPlots.cap.data[2].slice(-4).every((v) => v === null)",
+        timeout=30_000,
+    )
+    applied = [o.decision.kind for o in live_run.overrides.exclude(decision=None)]
+    assert applied[-2:] == ["pin", "release"]
+
+
+def test_click_to_decision_latency_over_twenty_clicks(
+    operator_page: Page, stack: Stack, live_run: Run
+) -> None:
+    page = operator_page
+    open_run(page, stack, live_run)
+    for index in range(LATENCY_CLICKS):
+        command(page, "set", cap=8 + 2 * (index % 2), reason=f"latency {index}")
+    page.wait_for_function(
+        f"() => window.pacerMetrics.clickToDecisionMs.length >= {LATENCY_CLICKS}"
+    )
+    clicks = page.evaluate("() => window.pacerMetrics.clickToDecisionMs")
+    delivery = page.evaluate("() => window.pacerMetrics.deliveryMs")
+    click_median = statistics.median(clicks)
+    delivery_median = statistics.median(delivery)
+    delivery_p95 = statistics.quantiles(delivery, n=20)[-1]
+    print(
+        f"\nclick to decision drawn, {len(clicks)} clicks: median {click_median:.0f} ms, "
+        f"min {min(clicks):.0f} ms, max {max(clicks):.0f} ms"
+        f"\nwebsocket delivery (decision made -> received in the browser), {len(delivery)} "
+        f"decisions: median {delivery_median:.0f} ms, p95 {delivery_p95:.0f} ms"
+    )
+    assert page.locator('#timeline tr[data-kind="set"]').count() >= LATENCY_CLICKS
+    assert click_median < 3000  # the worker wakes on pub/sub, not on its next recheck
+
+
+def test_a_viewer_sees_the_panel_disabled_and_cannot_override(
+    viewer_page: Page, stack: Stack, live_run: Run, db_access: None
+) -> None:
+    page = viewer_page
+    open_run(page, stack, live_run)
+    expect(page.locator("#override-disabled")).to_be_visible()
+    expect(page.locator("#override-disabled")).to_contain_text("viewer")
+    expect(page.locator("#override-controls")).to_have_attribute("disabled", "")
+    expect(page.locator("#cmd-pin")).to_be_disabled()
+    overrides = live_run.overrides.count()
+    status = page.evaluate(
+        """async (url) => {
+            const token = document.cookie.match(/csrftoken=([^;]+)/)[1];
+            const response = await fetch(url, {method: "POST", headers: {"Content-Type":
+                "application/json", "X-CSRFToken": token}, body: JSON.stringify({mode: "set",
+                cap: 9, reason: "sneaky"})});
+            return response.status;
+        }""",
+        f"/api/runs/{live_run.pk}/override/",
+    )
+    assert status == 403
+    assert live_run.overrides.count() == overrides
+
+
+def test_the_page_reconnects_after_a_web_server_restart_and_backfills_without_gap_or_duplicate(
+    operator_page: Page, stack: Stack, live_run: Run, db_access: None
+) -> None:
+    page = operator_page
+    open_run(page, stack, live_run)
+    page.wait_for_function("() => window.pacerPlots.kv.data[0].length >= 4", timeout=20_000)
+    stack.web.stop()
+    expect(page.locator("#live-status")).to_contain_text("reconnecting")
+    # A decision made while the page has no socket: only the backfill can bring it.
+    missed = override_create(run=live_run, created_by=None, mode="set", cap=12, reason="outage")
+    wait_for(lambda: Decision.objects.filter(override=missed).exists(), 30, "the set decision")
+    missed_id = Decision.objects.get(override=missed).pk
+    stack.web.start()
+    expect(page.locator("#live-status")).to_have_text("live", timeout=30_000)
+    page.wait_for_function(
+        "() => window.pacerMetrics.opens >= 2 && window.pacerMetrics.backfills >= 2"
+    )
+    expect(page.locator(f'#timeline tr[data-id="{missed_id}"]')).to_have_count(1)
+    page.wait_for_timeout(3 * POLL_S * 1000)  # live polls after the reconnect
+
+    shown = [
+        int(i)
+        for i in page.eval_on_selector_all(
+            "#timeline tbody tr", "rows => rows.map(r => r.dataset.id)"
+        )
+    ]
+    assert len(shown) == len(set(shown))  # no decision twice
+    stored = set(
+        Decision.objects.filter(run=live_run, pk__gte=min(shown)).values_list("pk", flat=True)
+    )
+    newest_shown = max(shown)
+    assert {pk for pk in stored if pk <= newest_shown} == set(shown)  # none missing
+
+    times = chart(page, "kv")[0]
+    assert times == sorted(set(times))  # no sample twice
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert max(gaps) < 4 * POLL_S + 1.0, f"a gap of {max(gaps):.1f} s in the engine samples"
+    screenshot(page, "run-detail-after-reconnect")
+
+
+def test_stop_ends_the_run_and_the_page_says_so(
+    operator_page: Page, stack: Stack, live_run: Run, db_access: None
+) -> None:
+    page = operator_page
+    open_run(page, stack, live_run)
+    page.fill("#ov-reason", "end of the browser tests")
+    page.click("#cmd-stop")
+    expect(page.locator("#ov-log li").first).to_have_class("pending")
+    expect(page.locator("#ended-banner")).to_be_visible(timeout=60_000)
+    expect(page.locator("#ended-state")).to_have_text("cancelled")
+    expect(page.locator("#live-status")).to_have_text("run ended")
+    expect(page.locator("#override-controls")).to_have_attribute("disabled", "")
+    expect(page.locator("#override-disabled")).to_contain_text("has ended")
+    expect(page.locator("#ov-log li").first).to_have_class("applied")
+    live_run.refresh_from_db()
+    assert live_run.state == "cancelled"
+    screenshot(page, "run-detail-ended")

@@ -1,0 +1,219 @@
+"""The dashboard's pages as Django serves them: who may see what, what each page hands its
+script, and the runs list's server time with real rows."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from controlplane.dashboard.reads import kv_lines
+from controlplane.runs.models import Decision, Engine, EngineSample, Run, RunState
+from controlplane.runs.roles import grant
+
+pytestmark = [pytest.mark.django_db, pytest.mark.integration]
+
+RUNS_LIST_BUDGET_S = 0.300
+
+
+def signed_in(role: str) -> Client:
+    user = get_user_model().objects.create_user(username=f"{role}-{uuid.uuid4().hex[:8]}")
+    grant(user, role)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def page_data(html: str) -> dict:
+    start = html.index('<script id="page-data" type="application/json">') + len(
+        '<script id="page-data" type="application/json">'
+    )
+    return json.loads(html[start : html.index("</script>", start)])
+
+
+def test_an_anonymous_visitor_is_sent_to_the_dashboards_own_sign_in(client: Client) -> None:
+    Run.objects.create(name="secret-sweep", config={})
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response["Location"] == "/signin/?next=/"
+    page = client.get("/signin/?next=/").content.decode()
+    assert 'name="username"' in page and "secret-sweep" not in page
+
+
+def test_signing_in_with_the_form_lands_on_the_runs_list(client: Client) -> None:
+    get_user_model().objects.create_user(username="olga", password="right")
+    refused = client.post("/signin/", {"username": "olga", "password": "wrong"})
+    assert refused.status_code == 200 and "do not match" in refused.content.decode()
+    accepted = client.post("/signin/", {"username": "olga", "password": "right", "next": "/"})
+    assert accepted.status_code == 302 and accepted["Location"] == "/"
+    assert client.post("/signout/").status_code == 302
+    assert client.get("/").status_code == 302
+
+
+def test_the_runs_list_shows_each_runs_figures_and_the_new_run_button_to_operators() -> None:
+    run = Run.objects.create(
+        name="gsm8k-rollouts",
+        config={"max_steps": 40},
+        state=RunState.RUNNING,
+        step=12,
+        cap=96,
+        policy_cap=120,
+        inflight_train=90,
+        inflight_eval=6,
+        generation_tokens_per_s=12345.0,
+    )
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    for index, cap in enumerate((16, 48, 96)):
+        Decision.objects.create(
+            run=run,
+            at=at + timedelta(seconds=index),
+            step=0,
+            kind="grow",
+            cause="clear",
+            signal="clear",
+            cap_before=cap // 2,
+            cap_after=cap,
+            reason="grow",
+        )
+    operator_page = signed_in("operator").get("/").content.decode()
+    assert "gsm8k-rollouts" in operator_page and 'id="new-run"' in operator_page
+    assert "12 / 40" in operator_page and "96 / " in operator_page and "12.3k" in operator_page
+    assert "database: ok" in operator_page and "redis: ok" in operator_page
+    start = operator_page.index('<script id="sparklines" type="application/json">')
+    sparklines = json.loads(operator_page[start:].split(">", 1)[1].split("</script>")[0])
+    assert [cap for _, cap in sparklines[str(run.pk)]] == [16, 48, 96]
+    viewer_page = signed_in("viewer").get("/").content.decode()
+    assert "gsm8k-rollouts" in viewer_page and 'id="new-run"' not in viewer_page
+
+
+def test_the_new_run_page_is_for_operators_and_offers_examples_and_engines() -> None:
+    Engine.objects.create(name="sim-engine-0", url="http://127.0.0.1:8100")
+    assert signed_in("viewer").get("/runs/new/").status_code == 403
+    page = signed_in("operator").get("/runs/new/").content.decode()
+    data = page_data(page)
+    assert {"demo", "multiturn", "arithmetic"} <= set(data["examples"])
+    assert json.loads(data["examples"]["demo"]["json"])["name"] == "demo-multiturn"
+    assert 'value="sim-engine-0"' in page
+    assert data["api"]["runs"] == "/api/runs/"
+
+
+def test_the_run_page_hands_its_script_the_policys_kv_lines_and_the_viewers_reason() -> None:
+    config = {
+        "name": "r",
+        "concurrency": {
+            "policy": "reference",
+            "observe": True,
+            "reference": {"shed_kv_usage": 0.95},
+        },
+        "env": [{"name": "arithmetic"}],
+        "engine": [{"url": "http://127.0.0.1:8100", "max_num_seqs": 64}],
+    }
+    run = Run.objects.create(name="r", config=config)
+    viewer_page = signed_in("viewer").get(f"/runs/{run.pk}/").content.decode()
+    data = page_data(viewer_page)
+    assert data["kv_lines"] == {"policy": "reference", "trim": 0.8, "shed": 0.95}
+    assert data["engines"] == [
+        {
+            "engine_id": "127.0.0.1:8100",
+            "url": "http://127.0.0.1:8100",
+            "role": "unified",
+            "max_num_seqs": 64,
+        }
+    ]
+    assert not data["operator"] and "viewer" in data["viewer_reason"]
+    assert 'id="observe-banner"' in viewer_page
+    operator_data = page_data(signed_in("operator").get(f"/runs/{run.pk}/").content.decode())
+    assert operator_data["operator"] and operator_data["viewer_reason"] == ""
+    assert signed_in("viewer").get("/runs/999999/").status_code == 404
+
+
+def test_kv_lines_fall_back_to_the_policys_defaults_for_a_config_that_does_not_parse() -> None:
+    assert kv_lines({"bogus": 1}).trim == 0.92 and kv_lines({"bogus": 1}).shed == 0.97
+    legacy = {"concurrency": {"policy": "fixed"}, "unknown": True}
+    assert (kv_lines(legacy).trim, kv_lines(legacy).shed) == (0.8, 0.9)
+
+
+def _seed(runs: int, engines: int, polls: int, decisions: int) -> None:
+    """Runs with the rows a live hour leaves: a sample per engine per poll, decisions."""
+    start = datetime.now(UTC) - timedelta(hours=1)
+    for index in range(runs):
+        run = Run.objects.create(
+            name=f"load-{index}",
+            config={"max_steps": 500, "engine": [{"name": f"e{i}"} for i in range(engines)]},
+            state=RunState.RUNNING,
+            step=100,
+            cap=256,
+            policy_cap=256,
+            inflight_train=250,
+            inflight_eval=0,
+            generation_tokens_per_s=8000.0,
+        )
+        EngineSample.objects.bulk_create(
+            EngineSample(
+                run=run,
+                at=start + timedelta(seconds=2 * poll),
+                engine_id=f"e{engine}",
+                role="unified",
+                health="up",
+                kv_capacity_tokens=1_000_000,
+                max_model_len=8192,
+                kv_usage=0.8,
+                num_running=60,
+                num_waiting=0,
+                num_waiting_capacity=0,
+                num_preemptions=0,
+                prefix_cache_hits=10,
+                prefix_cache_queries=20,
+                generation_tokens=2000,
+                interval_s=2.0,
+            )
+            for poll in range(polls)
+            for engine in range(engines)
+        )
+        Decision.objects.bulk_create(
+            Decision(
+                run=run,
+                at=start + timedelta(seconds=3 * n),
+                step=n // 10,
+                kind="grow",
+                cause="clear",
+                signal="clear",
+                cap_before=n,
+                cap_after=n + 1,
+                reason="grow",
+            )
+            for n in range(decisions)
+        )
+
+
+def test_the_runs_list_renders_ten_runs_of_four_engines_within_300_ms(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _seed(runs=10, engines=4, polls=1800, decisions=1200)  # an hour of 2 s polls each
+    client = signed_in("operator")
+    client.get("/")  # warm: templates compiled, connections made
+    timings = []
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(7):
+            started = time.perf_counter()
+            response = client.get("/")
+            timings.append(time.perf_counter() - started)
+            assert response.status_code == 200
+    assert response.content.decode().count('class="sparkline"') == 10
+    median = statistics.median(timings)
+    per_request = len(queries.captured_queries) // 7
+    with capsys.disabled():
+        print(
+            f"\nruns list, 10 runs x 4 engines (72,000 samples, 12,000 decisions): server time "
+            f"median {median * 1000:.1f} ms, max {max(timings) * 1000:.1f} ms, "
+            f"{per_request} queries per request"
+        )
+    assert median < RUNS_LIST_BUDGET_S
