@@ -2,8 +2,8 @@
 
 Each service checks what it is given, writes in one transaction and wakes a worker only once
 the transaction has committed, so a task never races the row it is about. Errors are typed:
-``ConfigError`` for a config (field errors), ``CommandRefused`` for a command the run's state
-does not allow (the API's 409).
+``ConfigError`` for a config (field errors), ``InvalidCommand`` for a command wrong in itself
+(a 400), ``CommandRefused`` for one the run's state does not allow (a 409).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from controlplane.runs.control import publish_control
 from controlplane.runs.models import Engine, Override, OverrideMode, Run, RunState, StepRecord
+from controlplane.runs.selectors import trainer_mode
 from workers.core.config.fields import ConfigError, FieldError
 from workers.core.config.run import EngineSettings, RunConfig, parse_run_config
 from workers.core.controller.overrides import MAX_PIN_TTL_S
@@ -29,7 +30,11 @@ MAX_OVERRIDE_CAP = 1_000_000  # as the core's sanity bound on any cap
 
 
 class CommandRefused(Exception):
-    """A command the run cannot take in its state; the message says why."""
+    """A command the run cannot take in its state; the message says why (the API's 409)."""
+
+
+class InvalidCommand(ValueError):
+    """A command that is wrong in itself, whatever the run's state (the API's 400)."""
 
 
 def resolve_engines(config: RunConfig) -> tuple[RunConfig, list[str | None]]:
@@ -148,18 +153,18 @@ def override_create(
 
 def _check_command(mode: str, cap: int | None, ttl_s: float | None) -> None:
     if mode not in OverrideMode.values:
-        raise CommandRefused(f"mode must be one of {', '.join(OverrideMode.values)}, got {mode!r}")
+        raise InvalidCommand(f"mode must be one of {', '.join(OverrideMode.values)}, got {mode!r}")
     needs_cap = mode in (OverrideMode.PIN, OverrideMode.SET)
     if needs_cap and cap is None:
-        raise CommandRefused(f"{mode} needs a cap")
+        raise InvalidCommand(f"{mode} needs a cap")
     if not needs_cap and cap is not None:
-        raise CommandRefused(f"{mode} takes no cap")
+        raise InvalidCommand(f"{mode} takes no cap")
     if (mode == OverrideMode.PIN) != (ttl_s is not None):
-        raise CommandRefused("a pin needs ttl_s, and only a pin takes one")
+        raise InvalidCommand("a pin needs ttl_s, and only a pin takes one")
     if cap is not None and not 1 <= cap <= MAX_OVERRIDE_CAP:
-        raise CommandRefused(f"cap must be in [1, {MAX_OVERRIDE_CAP}], got {cap}")
+        raise InvalidCommand(f"cap must be in [1, {MAX_OVERRIDE_CAP}], got {cap}")
     if ttl_s is not None and not 0 < ttl_s <= MAX_PIN_TTL_S:
-        raise CommandRefused(f"ttl_s must be in (0, {MAX_PIN_TTL_S:g}] seconds, got {ttl_s}")
+        raise InvalidCommand(f"ttl_s must be in (0, {MAX_PIN_TTL_S:g}] seconds, got {ttl_s}")
 
 
 def _change_state(run: Run, override: Override, hosted: bool) -> None:
@@ -200,6 +205,12 @@ def step_acknowledge(*, run: Run, step: int, policy_version: int) -> tuple[StepR
     """The trainer has trained on ``step`` and serves ``policy_version``; (the record, whether
     this call acknowledged it). A repeated acknowledgement with the same version changes
     nothing; one for a step not written yet, or with another version, is refused."""
+    mode = trainer_mode(run)
+    if mode != "external":
+        raise CommandRefused(
+            f"run {run.pk} has trainer mode {mode!r}: its steps need no acknowledgement "
+            "(only trainer mode 'external' waits for one)"
+        )
     with transaction.atomic():
         record = StepRecord.objects.select_for_update().filter(run=run, step=step).first()
         if record is None:

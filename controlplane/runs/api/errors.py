@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.runs.api.exceptions import Conflict, PayloadTooLarge, too_large_text
-from controlplane.runs.services import CommandRefused
+from controlplane.runs.services import CommandRefused, InvalidCommand
 from workers.core.config.fields import ConfigError
 
 
@@ -49,7 +49,9 @@ def exception_handler(error: Exception, context: dict[str, Any]) -> Response | N
             {"detail": "the run config is refused", "errors": error.by_field()},
             status=status.HTTP_400_BAD_REQUEST,
         )
-    if isinstance(error, CommandRefused):
+    if isinstance(error, InvalidCommand):
+        error = exceptions.ValidationError({"body": [str(error)]})
+    elif isinstance(error, CommandRefused):
         error = Conflict(str(error))
     elif isinstance(error, RequestDataTooBig):
         error = PayloadTooLarge()

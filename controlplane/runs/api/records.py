@@ -16,7 +16,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.runs import sample_series, selectors, services
-from controlplane.runs.api.exceptions import Conflict
 from controlplane.runs.api.export import export_response
 from controlplane.runs.api.inputs import AckInput, DecisionFilters, ExportFilters, SampleFilters
 from controlplane.runs.api.pagination import ByStep, ByWave, OldestFirst
@@ -128,11 +127,6 @@ class StepAckApi(APIView):
         run = get_run(run_id)
         body = AckInput(data=request.data)
         body.is_valid(raise_exception=True)
-        if selectors.trainer_mode(run) != "external":
-            raise Conflict(
-                f"run {run.pk} has trainer mode {selectors.trainer_mode(run)!r}: its steps "
-                "need no acknowledgement (only trainer mode 'external' waits for one)"
-            )
         record, changed = services.step_acknowledge(
             run=run, step=step, policy_version=body.validated_data["policy_version"]
         )
