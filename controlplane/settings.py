@@ -97,7 +97,14 @@ CHANNEL_LAYERS = {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # Group names hold run ids, which restart with every database: deployments (or test
         # sessions) sharing one Redis keep their live events apart by prefix.
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("PACER_CHANNELS_PREFIX", "asgi")},
+        "CONFIG": {
+            "hosts": [REDIS_URL],
+            "prefix": env_str("PACER_CHANNELS_PREFIX", "asgi"),
+            # Events a browser may fall behind by before Channels drops them (its default is
+            # 100): a poll's engine health and its decisions for a minute of 0.5 s polls.
+            # Pages re-read the API besides, so a drop delays an event, never loses it.
+            "capacity": 1000,
+        },
     }
 }
 
