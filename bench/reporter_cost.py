@@ -89,7 +89,9 @@ async def measure(run_id: int, polls: int, push: bool) -> list[float]:
         started = time.perf_counter()
         reporter.decisions((decision(now, 100 + n),))
         reporter.poll(
-            PollResult(now, samples(now), (), (), ()), {**live, "controller_state": {"n": n}}
+            PollResult(now, samples(now), (), (), ()),
+            {**live, "controller_state": {"n": n}},
+            {"sim-engine-0": (48, 0), "sim-engine-1": (48, 0)},
         )
         assert await reporter.flush()
         costs.append(time.perf_counter() - started)

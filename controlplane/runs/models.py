@@ -165,6 +165,10 @@ class EngineSample(models.Model):
     restarted = models.BooleanField(default=False)
     interval_s = models.FloatField(null=True)  # since this engine's previous sample of the run
     staleness_s = models.FloatField(default=0.0)  # age of its numbers at the poll
+    # The run's episodes on this engine at the poll, by kind (on an engine's first rank only:
+    # episodes go to an engine, and its data-parallel ranks share them unseen).
+    inflight_train = models.IntegerField(default=0)
+    inflight_eval = models.IntegerField(default=0)
 
     class Meta:
         ordering = ["at", "id"]

@@ -74,8 +74,9 @@ def sample_series(
     step_s: float | None = None,
 ) -> SampleSeries:
     """Each engine's samples in ``step_s`` bins: the mean of gauges (KV usage, running,
-    waiting), the sum of deltas (preemptions, generated tokens, prefix-cache hits and queries)
-    and the rates they make over the seconds the bin's samples cover. One grouped query; the
+    waiting, the run's episodes in flight there), the sum of deltas (preemptions, generated
+    tokens, prefix-cache hits and queries) and the rates they make over the seconds the bin's
+    samples cover. One grouped query; the
     step defaults to the smallest nice one giving at most PACER_SAMPLES_MAX_POINTS bins."""
     samples = EngineSample.objects.filter(run=run)
     if engines:
@@ -96,6 +97,8 @@ def sample_series(
             running_mean=Avg("num_running"),
             waiting_mean=Avg("num_waiting"),
             waiting_capacity_mean=Avg("num_waiting_capacity"),
+            inflight_train_mean=Avg("inflight_train"),
+            inflight_eval_mean=Avg("inflight_eval"),
             preemptions_sum=Sum("num_preemptions"),
             tokens_sum=Sum("generation_tokens"),
             hits_sum=Sum("prefix_cache_hits"),
@@ -150,6 +153,8 @@ def _point(row: dict[str, Any], step: float) -> dict[str, Any]:
         "num_running": row["running_mean"],
         "num_waiting": row["waiting_mean"],
         "num_waiting_capacity": row["waiting_capacity_mean"],
+        "inflight_train": row["inflight_train_mean"],
+        "inflight_eval": row["inflight_eval_mean"],
         "preemptions": preemptions,
         "generation_tokens": tokens,
         "prefix_cache_hits": hits,

@@ -107,10 +107,11 @@ def test_samples_are_binned_with_means_of_gauges_sums_of_deltas_and_rates(
     rows = [
         # engine a, bin [0, 60): two samples
         _sample(run, second=5, kv_usage=0.2, num_running=10, num_waiting=2, num_preemptions=1,
-                generation_tokens=500, prefix_cache_hits=30, prefix_cache_queries=100, **a),
+                generation_tokens=500, prefix_cache_hits=30, prefix_cache_queries=100,
+                inflight_train=12, inflight_eval=2, **a),
         _sample(run, second=10, kv_usage=0.6, num_running=30, num_waiting=0, num_preemptions=3,
                 generation_tokens=1500, prefix_cache_hits=70, prefix_cache_queries=100,
-                health="stale", staleness_s=4.0, **a),
+                health="stale", staleness_s=4.0, inflight_train=16, inflight_eval=0, **a),
         # engine a, bin [60, 120): one sample, the first of a restarted engine
         _sample(run, second=65, kv_usage=0.9, interval_s=None, restarted=True, **a),
         # engine b, bin [0, 60)
@@ -133,6 +134,7 @@ def test_samples_are_binned_with_means_of_gauges_sums_of_deltas_and_rates(
     assert first["kv_usage_max"] == pytest.approx(0.6)
     assert first["num_running"] == pytest.approx(20.0)
     assert first["num_waiting"] == pytest.approx(1.0)
+    assert (first["inflight_train"], first["inflight_eval"]) == (pytest.approx(14.0), 1.0)
     assert (first["preemptions"], first["generation_tokens"]) == (4, 2000)
     assert (first["prefix_cache_hits"], first["prefix_cache_queries"]) == (100, 200)
     assert first["seconds"] == pytest.approx(10.0)

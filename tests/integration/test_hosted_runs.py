@@ -104,6 +104,7 @@ def test_a_queued_run_runs_its_steps_in_a_worker_and_reports_everything(
     assert len(by_engine) == 2  # a sample of every engine at every poll
     polls = list(by_engine.values())
     assert polls[0] == polls[1] and len(polls[0]) >= 3
+    assert any(s.inflight_train for s in samples)  # the run's episodes on each engine, per poll
     records = list(StepRecord.objects.filter(run=run))
     assert [r.step for r in records] == [1, 2, 3, 4, 5]
     for record in records:

@@ -192,7 +192,9 @@ class Host:
                 start=StartPoint(last, version, run.eval_waves, acknowledged=acked is not None),
             )
             poll.cap = lambda: orchestrator.loop.dispatcher.cap
-            poll.on_poll = lambda result: reporter.poll(result, self._live(controller, result))
+            poll.on_poll = lambda result: reporter.poll(
+                result, self._live(controller, result), self._inflight_by_engine()
+            )
             commands = Commands(
                 run_id=self.run_id,
                 controller=controller,
@@ -255,6 +257,15 @@ class Host:
             self._last_poll_at = result.at
         return live
 
+    def _inflight_by_engine(self) -> dict[str, tuple[int, int]]:
+        """Episodes in flight on each engine: (train, eval)."""
+        assert self.orchestrator is not None
+        stats = self.orchestrator.loop.dispatcher.stats()
+        train = stats.train_by_engine
+        return {
+            e: (train.get(e, 0), n - train.get(e, 0)) for e, n in stats.inflight_by_engine.items()
+        }
+
     async def _heartbeat(self) -> None:
         """Renew the lease; stop driving the run once it cannot be renewed in time (lost to
         another host, or the database away for longer than the lease lasts)."""
@@ -310,6 +321,7 @@ class Host:
         return outcome
 
     async def _end(self, state: RunState, error: str, **fields: Any) -> str:
+        """Release the lease with the run's new state; nothing is in flight any more."""
         ended = state in RunState.ended()
         released = await self.call(
             lease.release,
@@ -318,6 +330,9 @@ class Host:
             state=state,
             error=error,
             finished_at=timezone.now() if ended else None,
+            inflight_train=0,
+            inflight_eval=0,
+            generation_tokens_per_s=0.0,
             **fields,
         )
         if released:

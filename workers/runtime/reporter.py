@@ -113,17 +113,33 @@ class RunReporter:
 
     # -- the host's own reports -------------------------------------------------------------
 
-    def poll(self, result: PollResult, live: dict[str, Any]) -> None:
-        """One poll of the engines, and the run's live figures at it."""
+    def poll(
+        self, result: PollResult, live: dict[str, Any], inflight: dict[str, tuple[int, int]]
+    ) -> None:
+        """One poll of the engines, the run's live figures at it, and its episodes in flight
+        on each engine (train, eval), which go with the engine's first rank."""
         at = self.wall(result.at)
         engines = []
+        counted: set[str] = set()
         for sample in result.samples:
             previous = self._last_scrape.get(sample.engine_id)
             interval = None if previous is None else sample.scraped_at - previous
             self._last_scrape[sample.engine_id] = sample.scraped_at
             staleness = max(0.0, result.at - sample.scraped_at)
-            self._samples.append(_sample_row(self.run_id, at, sample, interval, staleness))
-            engines.append(_engine_event(sample, interval, staleness))
+            train, eval_ = (
+                (0, 0) if sample.endpoint in counted else inflight.get(sample.endpoint, (0, 0))
+            )
+            counted.add(sample.endpoint)
+            row = _sample_row(self.run_id, at, sample, interval, staleness)
+            row.inflight_train, row.inflight_eval = train, eval_
+            self._samples.append(row)
+            engines.append(
+                {
+                    **_engine_event(sample, interval, staleness),
+                    "inflight_train": train,
+                    "inflight_eval": eval_,
+                }
+            )
         self._trim()
         self._live = live
         self._health = {

@@ -238,6 +238,8 @@ class SamplePointSerializer(serializers.Serializer):
     num_running = serializers.FloatField(help_text="mean")
     num_waiting = serializers.FloatField(help_text="mean")
     num_waiting_capacity = serializers.FloatField(allow_null=True, help_text="mean")
+    inflight_train = serializers.FloatField(help_text="mean: the run's train episodes there")
+    inflight_eval = serializers.FloatField(help_text="mean: the run's eval episodes there")
     preemptions = serializers.IntegerField(help_text="sum")
     generation_tokens = serializers.IntegerField(help_text="sum")
     prefix_cache_hits = serializers.IntegerField(help_text="sum")

@@ -282,6 +282,7 @@ async def test_counts_per_kind_env_engine_and_gauges(make: MakeHarness) -> None:
         TallyKey(EVAL, "math", "b"): Tally(admitted=2),
     }
     assert (stats.inflight, stats.inflight_eval, stats.inflight_by_engine) == (2, 2, {"b": 2})
+    assert stats.train_by_engine == {}  # what is left on engines is the eval group
     assert (stats.healthy_engines, stats.open_groups, stats.cap) == (2, 1, 100)
 
 

@@ -26,3 +26,13 @@ def test_a_permit_is_released_exactly_once_with_its_outcome() -> None:
         permit.release(PermitOutcome.COMPLETED)
     assert ledger.inflight == 0
     assert ledger.engines() == {}
+
+
+def test_train_episodes_are_counted_per_engine_apart_from_eval() -> None:
+    ledger = PermitLedger()
+    train = ledger.issue(EpisodeKind.TRAIN, "a", 0.0)
+    ledger.issue(EpisodeKind.EVAL, "a", 0.0)
+    ledger.issue(EpisodeKind.TRAIN, "b", 0.0)
+    assert (ledger.engines(), ledger.train_engines()) == ({"a": 2, "b": 1}, {"a": 1, "b": 1})
+    train.release(PermitOutcome.COMPLETED)
+    assert (ledger.engines(), ledger.train_engines()) == ({"a": 1, "b": 1}, {"b": 1})

@@ -160,6 +160,7 @@ class Dispatcher(Generic[P, R]):
             pacing_budget=self._pacer.budget(self._cap, group_size),
             healthy_engines=len(self._healthy),
             inflight_by_engine=self._ledger.engines(),
+            train_by_engine=self._ledger.train_engines(),
             policy_version=self._policy_version,
             tallies=self._tallies.snapshot(),
         )

@@ -61,6 +61,7 @@ class PermitLedger:
         self._inflight = 0
         self._by_kind: Counter[EpisodeKind] = Counter()
         self._by_engine: Counter[str] = Counter()
+        self._train_by_engine: Counter[str] = Counter()
 
     @property
     def inflight(self) -> int:
@@ -76,13 +77,21 @@ class PermitLedger:
         """In-flight count per engine holding any permit."""
         return {engine: n for engine, n in self._by_engine.items() if n > 0}
 
+    def train_engines(self) -> dict[str, int]:
+        """In-flight train episodes per engine holding any."""
+        return {engine: n for engine, n in self._train_by_engine.items() if n > 0}
+
     def issue(self, kind: EpisodeKind, engine_id: str, now: float) -> Permit:
         self._inflight += 1
         self._by_kind[kind] += 1
         self._by_engine[engine_id] += 1
+        if kind is EpisodeKind.TRAIN:
+            self._train_by_engine[engine_id] += 1
         return Permit(self, kind, engine_id, now)
 
     def _return(self, permit: Permit) -> None:
         self._inflight -= 1
         self._by_kind[permit.kind] -= 1
         self._by_engine[permit.engine_id] -= 1
+        if permit.kind is EpisodeKind.TRAIN:
+            self._train_by_engine[permit.engine_id] -= 1

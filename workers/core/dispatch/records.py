@@ -42,5 +42,6 @@ class DispatcherStats:
     pacing_budget: int  # paid admissions allowed per window at this cap
     healthy_engines: int
     inflight_by_engine: dict[str, int]
+    train_by_engine: dict[str, int]  # the train part of inflight_by_engine
     policy_version: int
     tallies: dict[TallyKey, Tally]

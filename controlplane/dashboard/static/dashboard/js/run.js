@@ -114,6 +114,10 @@ function addBins(points, sinceS) {
   }
   knowEngines([...new Set(points.map((p) => p.engine))]);
   for (const [t, group] of bins) {
+    capRows.upsert(t, {
+      inflight_train: sum(group.map((p) => p.inflight_train)),
+      inflight_eval: sum(group.map((p) => p.inflight_eval)),
+    });
     const row = { ...lines, kv_max: Math.max(...group.map((p) => p.kv_usage_max)) };
     for (const p of group) row[`kv:${p.engine}`] = p.kv_usage;
     Object.assign(row, {
