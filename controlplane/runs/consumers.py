@@ -4,6 +4,9 @@ the API; a run that does not exist is refused with its own code."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -13,6 +16,11 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 # status it would have had, plus 4000.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+# Redis keeps no groups across a restart, and forgets a member after a day: a connection
+# joins its run's group again this often, so its events come back within that after either.
+REJOIN_S = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 def run_group_name(run_id: int | str) -> str:
@@ -34,6 +42,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.group_name = run_group_name(run_id)
         await self.channel_layer.group_add(self.group_name, self.channel_name)
         await self.accept()
+        self._rejoin = asyncio.ensure_future(self._rejoin_forever())
+
+    async def _rejoin_forever(self) -> None:
+        while True:
+            await asyncio.sleep(REJOIN_S)
+            try:
+                await self.channel_layer.group_add(self.group_name, self.channel_name)
+            except Exception:  # Redis away: the next try, or the page's reconnect, brings it
+                logger.warning("websocket: could not join %s again", self.group_name)
 
     async def _refuse(self, code: int) -> None:
         """Accept, then close with ``code``: a close before the handshake completes reaches a
@@ -42,8 +59,12 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
+        rejoin = getattr(self, "_rejoin", None)
+        if rejoin is not None:
+            rejoin.cancel()
         if hasattr(self, "group_name"):
-            await self.channel_layer.group_discard(self.group_name, self.channel_name)
+            with contextlib.suppress(Exception):  # Redis away: the group forgets us anyway
+                await self.channel_layer.group_discard(self.group_name, self.channel_name)
 
     async def run_decision(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "decision", "data": event["data"]})

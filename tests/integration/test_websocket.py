@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+import redis
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
 from controlplane.asgi import application
+from controlplane.runs import consumers
 from controlplane.runs.consumers import CLOSE_UNAUTHENTICATED, run_group_name
 from controlplane.runs.models import Run
 from tests.conftest import REPO_ROOT
@@ -76,3 +80,29 @@ async def test_anonymous_websocket_is_refused() -> None:
     assert connected  # accepted only to be closed with a code a real client receives
     closed = await communicator.receive_output(timeout=5)
     assert closed == {"type": "websocket.close", "code": CLOSE_UNAUTHENTICATED}
+
+
+async def test_a_connection_joins_its_group_again_after_redis_forgot_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Redis restart empties every group; a page kept open must get its events back."""
+    monkeypatch.setattr(consumers, "REJOIN_S", 0.2)
+    cookie = await database_sync_to_async(session_cookie_for)("forgotten")
+    run = await database_sync_to_async(Run.objects.create)(name="forgotten", config={})
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/runs/{run.pk}/",
+        headers=[(b"cookie", cookie), (b"origin", b"http://127.0.0.1")],
+    )
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    layer = get_channel_layer()
+    group = run_group_name(run.pk)
+    forget = redis.Redis.from_url(settings.REDIS_URL)
+    forget.delete(layer._group_key(group))  # what a restarted Redis holds: no such group
+    forget.close()
+    await asyncio.sleep(0.6)  # a rejoin or two
+    await layer.group_send(group, {"type": "run.decision", "data": {"kind": "trim"}})
+    message = await communicator.receive_json_from(timeout=5)
+    assert message == {"type": "decision", "data": {"kind": "trim"}}
+    await communicator.disconnect()
