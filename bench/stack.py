@@ -102,7 +102,7 @@ def throwaway_database(url: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def pacer_stack(engines: int = 2, **env: str) -> Iterator[Stack]:
+def pacer_stack(engines: int = 2, worker_concurrency: int = 2, **env: str) -> Iterator[Stack]:
     base = os.environ.get("DATABASE_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres")
     tag = uuid.uuid4().hex[:8]
     with throwaway_database(base) as database, tempfile.TemporaryDirectory() as folder:
@@ -138,7 +138,7 @@ def pacer_stack(engines: int = 2, **env: str) -> Iterator[Stack]:
             stack.start(
                 "worker", str(BIN / "celery"), "-A", "workers.celery", "worker",
                 "-Q", stack.env["PACER_CELERY_QUEUE"], "-n", f"bench-{tag}@%h",
-                "--concurrency", "2", "-l", "WARNING",
+                "--concurrency", str(worker_concurrency), "-l", "WARNING",
             )  # fmt: skip
             for url in stack.engine_urls:
                 wait_until(lambda u=url: _answers(f"{u}/health"), f"engine {url}")

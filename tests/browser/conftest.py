@@ -216,9 +216,11 @@ def db_access(django_db_blocker: Any) -> Iterator[None]:
         connection.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(stack: Stack) -> Iterator[Browser]:
-    """Started after the stack, whose processes must not inherit the variable set here."""
+    """Started after the stack, whose processes must not inherit the variable set here; one
+    per test module, because while Playwright's sync API is open its event loop runs in this
+    thread, and every asyncio test after it in the session would find that loop running."""
     assert CHROMIUM.exists(), (
         f"{CHROMIUM} is missing: ./scripts/test installs Debian's chromium (apt-get install "
         "chromium), or set PACER_CHROMIUM"
