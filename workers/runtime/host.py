@@ -220,7 +220,7 @@ class Host:
                     logger.error("host: %d background tasks did not stop", len(stuck))
                 wandb.close()
             reporter.set_live(self._live(controller, None))
-            await reporter.flush()
+            await reporter.close()
         return await self._finish(result, commands.ending)
 
     def _controller(self, config: RunConfig, run: Run) -> tuple[Controller | ObserveOnly, Any]:

@@ -38,6 +38,10 @@ from workers.runtime import store
 logger = logging.getLogger(__name__)
 
 FLUSH_S = 0.25  # decisions reach the dashboard within this of being made
+# As a run ends its last records are retried this long while the database is away: a
+# PostgreSQL restart takes seconds, and the run's state is written only after them.
+CLOSE_RETRY_S = 30.0
+CLOSE_BACKOFF_MAX_S = 4.0
 MAX_BUFFERED_ROWS = 200_000  # about 10 min of 5 s polls of 1,000 engines, held while the DB is away
 Send = Callable[[str, dict[str, Any]], Awaitable[None]]  # a Channels group_send
 STORED_ONLY = frozenset({"controller_state"})  # live figures kept for a restart, not for a page
@@ -77,6 +81,7 @@ class RunReporter:
         self._events: list[tuple[str, dict[str, Any]]] = []
         self._last_scrape: dict[str, float] = {}
         self._wake = asyncio.Event()
+        self._flushing = asyncio.Lock()  # one flush at a time: a second must not copy the first
         self.last_step = 0  # the last step written, which decisions are filed under
         self.dropped_samples = 0
         self.failed_flushes = 0
@@ -100,9 +105,7 @@ class RunReporter:
     def step(self, report: StepReport) -> None:
         self.last_step = report.step
         started, written = self.wall(report.started_at), self.wall(report.written_at)
-        self._jobs.append(
-            lambda: store.insert_step(self.run_id, self._owner, report, started, written)
-        )
+        self._jobs.append(lambda: self._insert_step(report, started, written))
         self._events.append(("run.step", _step_event(report, written)))
         self._wake.set()
 
@@ -167,7 +170,9 @@ class RunReporter:
     # -- writing ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Flush every ``FLUSH_S``, or at once when a decision arrives, until cancelled."""
+        """Flush every ``FLUSH_S``, or at once when a decision arrives, until cancelled. A
+        flush under way when the task is cancelled runs to its end (shielded), so its rows
+        are written once and ``close`` finds them gone from the buffers."""
         while True:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the
             # cancellation that ends this task when the event fires at the same moment.
@@ -175,10 +180,35 @@ class RunReporter:
                 async with asyncio.timeout(FLUSH_S):
                     await self._wake.wait()
             self._wake.clear()
-            await self.flush()
+            await asyncio.shield(self.flush())
+
+    async def close(self) -> bool:
+        """The last flush as a run ends, retried for ``CLOSE_RETRY_S`` while the database is
+        away; False (and an error logged with what is lost) when it never came back."""
+        deadline = self._clock.now() + CLOSE_RETRY_S
+        backoff = FLUSH_S
+        while not await self.flush():
+            if self._clock.now() + backoff > deadline:
+                logger.error(
+                    "reporter: run %d ends with %d decisions, %d samples and %d step or eval "
+                    "records never stored: the database was away for %g s",
+                    self.run_id,
+                    len(self._decisions),
+                    len(self._samples),
+                    len(self._jobs),
+                    CLOSE_RETRY_S,
+                )
+                return False
+            await asyncio.sleep(backoff)
+            backoff = min(2 * backoff, CLOSE_BACKOFF_MAX_S)
+        return True
 
     async def flush(self) -> bool:
         """Write what is buffered, then send its events; False when the database refused."""
+        async with self._flushing:
+            return await self._flush()
+
+    async def _flush(self) -> bool:
         decisions = list(self._decisions)
         samples = list(self._samples)
         jobs = list(self._jobs)
@@ -244,6 +274,14 @@ class RunReporter:
             if health:
                 store.record_engine_health(health)
         return ids
+
+    def _insert_step(self, report: StepReport, started: datetime, written: datetime) -> None:
+        if not store.insert_step(self.run_id, self._owner, report, started, written):
+            logger.warning(
+                "reporter: step %d of run %d not recorded: its lease is held elsewhere now",
+                report.step,
+                self.run_id,
+            )
 
     async def _publish(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         if self._send is None:
