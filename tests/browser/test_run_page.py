@@ -24,6 +24,19 @@ pytestmark = pytest.mark.browser
 POLL_S = 0.5
 LATENCY_CLICKS = 20
 
+# Records each class the override log's entries take, in order, so a state that lasts
+# only until the run answers is seen however fast the answer comes.
+OBSERVE_LOG_CLASSES = """() => {
+  window.ovLogClasses = [];
+  const log = document.querySelector("#ov-log");
+  new MutationObserver((changes) => {
+    for (const change of changes) {
+      const nodes = change.type === "childList" ? [...change.addedNodes] : [change.target];
+      for (const node of nodes) if (node.tagName === "LI") window.ovLogClasses.push(node.className);
+    }
+  }).observe(log, { childList: true, subtree: true, attributes: true, attributeFilter: ["class"] });
+}"""
+
 
 @pytest.fixture(scope="module")
 def live_run(stack: Stack, django_db_blocker: Any) -> Iterator[Run]:
@@ -228,8 +241,11 @@ def test_stop_ends_the_run_and_the_page_says_so(
     page = operator_page
     open_run(page, stack, live_run)
     page.fill("#ov-reason", "end of the browser tests")
+    page.evaluate(OBSERVE_LOG_CLASSES)  # the pending state may last only a few milliseconds
     page.click("#cmd-stop")
-    expect(page.locator("#ov-log li").first).to_have_class("pending")
+    page.wait_for_function("() => window.ovLogClasses.includes('applied')", timeout=60_000)
+    classes = page.evaluate("() => window.ovLogClasses")
+    assert classes.index("pending") < classes.index("applied"), classes
     expect(page.locator("#ended-banner")).to_be_visible(timeout=60_000)
     expect(page.locator("#ended-state")).to_have_text("cancelled")
     expect(page.locator("#live-status")).to_have_text("run ended")
