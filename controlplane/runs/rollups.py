@@ -123,11 +123,19 @@ def compact_all(
     return done
 
 
+Progress = Callable[[int, int, datetime, int], None]  # run id, tier, watermark, rows written
+
+
 def compact_run(
-    run_id: int, *, now: datetime | None = None, deadline: float | None = None
+    run_id: int,
+    *,
+    now: datetime | None = None,
+    deadline: float | None = None,
+    progress: Progress | None = None,
 ) -> Compacted:
     """Roll the run's samples up to ``now - PACER_ROLLUP_LAG_S`` at each tier, finest first
-    (coarser tiers are summed from it), then delete raw samples retention lets go."""
+    (coarser tiers are summed from it), then delete raw samples retention lets go.
+    ``progress`` hears of each chunk written."""
     if connection.vendor != "postgresql":
         raise NotImplementedError("sample rollups need PostgreSQL")
     now = now or timezone.now()
@@ -149,6 +157,8 @@ def compact_run(
             rows, until, more = step
             report.rows[tier] += rows
             report.until[tier] = until
+            if progress is not None and rows and until is not None:
+                progress(run_id, tier, until, rows)
             if not more:
                 break
     if report.caught_up:

@@ -110,10 +110,10 @@ def sample_series(
         samples = samples.filter(at__gte=since)
     if until is not None:
         samples = samples.filter(at__lt=until)
-    step = _step(_span_s(run, samples, engines, since, until), step_s, reaches_pruned)
-    tier = next((t for t in reversed(TIERS_S) if step % t == 0), None)
-    if reaches_pruned and tier is None:
+    if reaches_pruned and step_s is not None and _tier(step_s) is None:
         raise SamplesPruned(pruned)  # type: ignore[arg-type]
+    step = _step(_span_s(run, samples, engines, since, until), step_s, reaches_pruned)
+    tier = _tier(step)
     bins: dict[tuple[str, int], dict[str, Any]] = {}
     plan = _rollup_range(run, tier, since, until) if tier is not None else None
     if plan is not None:
@@ -130,6 +130,11 @@ def sample_series(
     _add(bins, samples.annotate(bin=EpochBin("at", step)), _RAW_SUMS)
     points = [_point(key, bins[key], step) for key in sorted(bins)]
     return SampleSeries(step, since, until, points)
+
+
+def _tier(step: float) -> int | None:
+    """The coarsest rollup tier whose bins add up to bins of ``step``: one that divides it."""
+    return next((t for t in reversed(TIERS_S) if step % t == 0), None)
 
 
 def _rollup_range(
