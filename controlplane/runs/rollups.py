@@ -235,14 +235,20 @@ def _prune(run_id: int, now: datetime, deadline: float | None) -> int:
         return 0
     chunk = timedelta(seconds=max(FINEST_S, settings.PACER_ROLLUP_CHUNK_S))
     deleted = 0
+    # After the first chunk each starts where the last ended: an index scan from the run's
+    # first sample would walk every row deleted before it (dead until a vacuum), each time.
+    done_until: datetime | None = None
     while deadline is None or time.monotonic() < deadline:
         old = EngineSample.objects.filter(run_id=run_id, at__lt=bound)
+        if done_until is not None:
+            old = old.filter(at__gte=done_until)
         first = old.aggregate(first=Min("at"))["first"]
         if first is None:
             break
         end = min(floor_to(first, FINEST_S) + chunk, bound)
         behind = Q(samples_pruned_before__isnull=True) | Q(samples_pruned_before__lt=end)
         Run.objects.filter(behind, pk=run_id).update(samples_pruned_before=end)
-        count, _ = EngineSample.objects.filter(run_id=run_id, at__lt=end).delete()
+        count, _ = old.filter(at__lt=end).delete()
         deleted += count
+        done_until = end
     return deleted
