@@ -186,6 +186,21 @@ PACER_ENGINE_STALE_S = 30.0
 # Engine samples come back downsampled to at most this many points per engine: a week of 5 s
 # polls (120,960 per engine) becomes 10-minute points, enough to draw and one fast page.
 PACER_SAMPLES_MAX_POINTS = 1000
+# Engine samples are rolled up (runs.rollups) into bins of 60 s, 10 min and 1 h once they are
+# this old: a bin is rolled up once, and a reporter holds up to ~10 min of samples while the
+# database is away (workers.runtime.reporter.MAX_BUFFERED_ROWS), written late with their times.
+PACER_ROLLUP_LAG_S = 600.0
+# Raw samples (one per engine per 5 s poll) are kept a week, then only their rollups: a chart
+# of the last week at any step, or of a debugging session at 5 s, still reads raw polls.
+PACER_SAMPLE_RETENTION_S = 7 * 86400.0
+# How often each worker's sweep compacts: one 60 s bin of new samples per run each time.
+PACER_ROLLUP_EVERY_S = 60.0
+# One compaction (or deletion) statement covers at most this much of a run's time: an hour of
+# 5 s polls of 100 engines is 72,000 rows, a transaction of about a second on one core.
+PACER_ROLLUP_CHUNK_S = 3600.0
+# A sweep compacts for at most this long before it looks for orphaned runs again (every 5 s):
+# a backlog is caught up over several sweeps, or at once by `manage.py compact_samples`.
+PACER_ROLLUP_SWEEP_BUDGET_S = 2.0
 # /metrics reports the decision counts of ended runs this long after they ended, so the last
 # increments are scraped before their series go away.
 PACER_METRICS_ENDED_RUNS_S = 3600.0

@@ -95,6 +95,9 @@ class Run(models.Model):
     inflight_train = models.PositiveIntegerField(default=0)
     inflight_eval = models.PositiveIntegerField(default=0)
     generation_tokens_per_s = models.FloatField(default=0.0)
+    # Raw engine samples before this were deleted by retention (runs.rollups); its rollups
+    # hold them still, at 60 s and coarser.
+    samples_pruned_before = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -175,6 +178,57 @@ class EngineSample(models.Model):
         indexes = [
             models.Index(fields=["run", "at"], name="sample_run_at"),
             models.Index(fields=["run", "engine_id", "at"], name="sample_run_engine_at"),
+        ]
+
+
+class SampleRollup(models.Model):
+    """One engine's samples of a run in one bin of ``tier_s`` seconds starting at ``start``,
+    as sums and counts (not means), so bins add up to coarser ones and merge with raw samples
+    to give exactly what the samples endpoint computes from raw rows (runs.rollups)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollups")
+    engine_id = models.CharField(max_length=200)
+    tier_s = models.PositiveIntegerField()
+    start = models.DateTimeField()  # a whole multiple of tier_s seconds after the epoch
+    samples = models.PositiveIntegerField()
+    kv_usage_sum = models.FloatField()
+    kv_usage_max = models.FloatField()
+    num_running_sum = models.BigIntegerField()
+    num_waiting_sum = models.BigIntegerField()
+    # num_waiting_capacity is null where an engine does not report it; its mean skips those.
+    num_waiting_capacity_sum = models.BigIntegerField()
+    num_waiting_capacity_count = models.PositiveIntegerField()
+    inflight_train_sum = models.BigIntegerField()
+    inflight_eval_sum = models.BigIntegerField()
+    num_preemptions_sum = models.BigIntegerField()
+    generation_tokens_sum = models.BigIntegerField()
+    prefix_cache_hits_sum = models.BigIntegerField()
+    prefix_cache_queries_sum = models.BigIntegerField()
+    interval_s_sum = models.FloatField()
+    staleness_s_max = models.FloatField()
+    not_up = models.PositiveIntegerField()
+    restarts = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "engine_id", "tier_s", "start"], name="one_rollup_per_bin"
+            )
+        ]
+        indexes = [models.Index(fields=["run", "tier_s", "start"], name="rollup_run_tier_start")]
+
+
+class RollupWatermark(models.Model):
+    """How far a run's samples are rolled up at one tier: every bin starting before ``until``
+    is complete in SampleRollup; samples from ``until`` on are read raw."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollup_watermarks")
+    tier_s = models.PositiveIntegerField()
+    until = models.DateTimeField(null=True, blank=True)  # null: nothing rolled up yet
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "tier_s"], name="one_watermark_per_tier")
         ]
 
 

@@ -65,7 +65,9 @@ class SampleSeriesApi(APIView):
         operation_id="runs_samples",
         description="Each engine's samples, downsampled in bins of `step_s` by the database: "
         "gauges averaged (KV usage, running, waiting), deltas summed (preemptions, generated "
-        "tokens, prefix-cache hits and queries), with the rates they make.",
+        "tokens, prefix-cache hits and queries), with the rates they make. Raw samples older "
+        "than the retention are kept in bins of 60 s, 10 min and 1 h only: a step that is no "
+        "multiple of 60 s over such a range is a 400 saying so.",
         parameters=[SampleFilters],
         responses={200: SampleSeriesSerializer, **FILTER_ERRORS},
     )
@@ -82,7 +84,7 @@ class SampleSeriesApi(APIView):
                 until=found.get("until"),
                 step_s=found.get("step_s"),
             )
-        except sample_series.TooManyPoints as refused:
+        except (sample_series.TooManyPoints, sample_series.SamplesPruned) as refused:
             raise serializers.ValidationError({"step_s": [str(refused)]}) from None
         # Plain values, not the serializer (which documents them): a chart's few thousand
         # points cost more in DRF's per-field machinery than in the database.
