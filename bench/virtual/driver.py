@@ -8,13 +8,15 @@ conservatively, so that nothing ever happens out of order:
    and its submissions reach the engines at the current virtual time;
 2. find the next thing that will happen: the earliest clock sleeper (a poll, an environment's
    latency, a pacing timer), a finished request not yet delivered, a timed event, the end;
-3. run the busy engine whose clock is earliest, never starting a step at or after that time,
-   nor after another busy engine's clock (whatever the other produces later could send it a
-   request; steps at the same instant may run). Finished requests wait in a heap;
+3. run the busy engine whose clock is earliest up to its next finished request, never
+   starting a step at or after that time. Finished requests wait in a heap, in time order;
 4. when no busy engine can start a step before the next thing, move the clock there and
    deliver it.
 
-Idle engines bound nothing: a request submitted to one starts at its arrival. Runs of
+Engines are not held level with each other: one that ran to its next finish may be ahead
+of the clock by the span between two of its finishes (a fraction of a second here), and a
+request sent to it meanwhile joins at its next step boundary (``VirtualClient``). Holding
+them level would cut every fast-forwarded decode run into single steps. Runs of
 identical decode steps are applied in bulk by the simulator's fast-forward, so a virtual
 hour costs seconds. Batch writes (``asyncio.to_thread``) run inline, so that no real thread
 ever races the virtual clock.
@@ -33,9 +35,6 @@ from typing import Any
 from bench.virtual.engines import SimEngine
 from inference.sim.request import Request
 from workers.core.clock import ManualClock
-
-TIE_S = 1e-9  # engines whose clocks are this close are level: each may take one step
-
 
 class InlineExecutor(ThreadPoolExecutor):
     """Runs submitted work at once, in the caller's thread: virtual time has no threads."""
@@ -104,10 +103,8 @@ class VirtualTime:
         first = min(busy, key=lambda engine: engine.virtual.now)
         if first.virtual.now >= next_at:
             return False
-        others = min((e.virtual.now for e in busy if e is not first), default=math.inf)
-        until = min(next_at, others + TIE_S)
         incarnation = first.virtual
-        finished = incarnation.run_until(until)
+        finished = incarnation.run_until(next_at)
         self.engine_runs += 1
         if finished:
             heapq.heappush(self._finished, (incarnation.now, next(self._order), first, finished))

@@ -239,7 +239,9 @@ class VirtualClient:
             return f"engine {engine.name} is down"
         req_id = f"r{next(self._ids)}"
         try:
-            req = engine.virtual.submit(req_id, prompt, params, self._now())
+            # An engine that ran ahead of the clock takes it at its next step boundary.
+            at = max(self._now(), engine.virtual.now)
+            req = engine.virtual.submit(req_id, prompt, params, at)
         except RequestError as refused:
             return str(refused)
         future: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
