@@ -36,6 +36,7 @@ from bench.virtual.engines import SimEngine
 from inference.sim.request import Request
 from workers.core.clock import ManualClock
 
+
 class InlineExecutor(ThreadPoolExecutor):
     """Runs submitted work at once, in the caller's thread: virtual time has no threads."""
 

@@ -207,8 +207,10 @@ class VirtualClient:
         return tuple(text.encode(text_).tolist())
 
     async def complete(self, turn: Turn) -> TurnResult:
-        prompt = np.fromiter(turn.prompt, dtype=np.int64) if isinstance(turn.prompt, tuple) else (
-            text.encode(turn.prompt)
+        prompt = (
+            np.fromiter(turn.prompt, dtype=np.int64)
+            if isinstance(turn.prompt, tuple)
+            else (text.encode(turn.prompt))
         )
         if self._prefill is not None:
             stage = self._prefill()

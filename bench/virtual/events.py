@@ -36,7 +36,9 @@ def apply_event(
             engine.join(clock.now())
     elif event.kind == "kv":
         for engine in chosen:
-            engine.join(clock.now(), max(engine.shape.block_size, int(engine.kv_tokens * event.factor)))
+            engine.join(
+                clock.now(), max(engine.shape.block_size, int(engine.kv_tokens * event.factor))
+            )
     else:
         orchestrator.start_eval_wave()
 
@@ -52,4 +54,6 @@ def scale_lengths(config: RunConfig, engines: list[SimEngine], factor: float) ->
         model = engine.virtual.engine
         length = model.default_length
         if length is not None:
-            model.default_length = LengthDistribution(length.kind, length.mean * factor, length.spread)
+            model.default_length = LengthDistribution(
+                length.kind, length.mean * factor, length.spread
+            )

@@ -10,6 +10,7 @@ around, and how full the KV cache got.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,7 @@ class RunOutcome:
         """How often the cap turned from rising to falling or back."""
         changes, last = 0, 0
         caps = [s.cap for s in self.samples]
-        for before, after in zip(caps, caps[1:], strict=False):
+        for before, after in itertools.pairwise(caps):
             sign = (after > before) - (after < before)
             if sign and last and sign != last:
                 changes += 1

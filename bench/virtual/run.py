@@ -32,7 +32,10 @@ ADAPTIVE = ("reference", "pacer", "gradient2")
 
 
 def concurrency_table(
-    policy: str, poll_interval_s: float, start: int | None = None, pacer: dict[str, Any] | None = None
+    policy: str,
+    poll_interval_s: float,
+    start: int | None = None,
+    pacer: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run config's ``[concurrency]`` for a policy name as the CLI takes it."""
     table: dict[str, Any] = {"poll_interval_s": poll_interval_s}
@@ -117,7 +120,9 @@ def run_workload(
 async def _run(workload: Workload, config: RunConfig, policy: str, horizon: float) -> RunOutcome:
     asyncio.get_running_loop().set_default_executor(InlineExecutor())
     clock = ManualClock()
-    engines = [SimEngine(shape, seed=config.seed * 1000 + i) for i, shape in enumerate(workload.engines)]
+    engines = [
+        SimEngine(shape, seed=config.seed * 1000 + i) for i, shape in enumerate(workload.engines)
+    ]
     waste = Waste()
     prefill = PrefillPool([e for e in engines if e.shape.role is EngineRole.PREFILL])
     clients = {
@@ -148,7 +153,9 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
     recorder.orchestrator = orchestrator
     driver = VirtualTime(clock, engines)
     for event in workload.events:
-        driver.at(event.at, lambda event=event: apply_event(event, orchestrator, engines, config, clock))
+        driver.at(
+            event.at, lambda event=event: apply_event(event, orchestrator, engines, config, clock)
+        )
     task = asyncio.get_running_loop().create_task(orchestrator.run())
     await driver.run(horizon)
     outcome = RunOutcome(
