@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from bench.virtual.report import build_report
+from bench.virtual.report import build_report, write_sensitivity
 from bench.virtual.run import run_workload
 from bench.virtual.sensitivity import sensitivity
 from bench.virtual.suite import sweep
@@ -38,8 +38,11 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _sensitivity(args: argparse.Namespace) -> None:
-    load_workload(args.workload)
-    print(sensitivity(args.workload))
+    workload = load_workload(args.workload)
+    table = sensitivity(args.workload)
+    print(table)
+    path = write_sensitivity(workload.name, table)
+    print(f"wrote {path}; the next report includes it")
 
 
 def main(argv: list[str] | None = None) -> None:

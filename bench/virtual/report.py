@@ -24,6 +24,7 @@ POLICIES = ("reference", "pacer", "gradient2")
 EXTRA_STARTS = {"w3_agentic": (1, 1024)}  # the issue's W3 from a start of 1 and of 1,024
 BENCH_DIR = Path(__file__).resolve().parent.parent
 PLOTS_DIR = BENCH_DIR / "report"
+SENSITIVITY_HEADING = "## Sensitivity of pacer's thresholds"
 
 
 def suite_jobs(workloads: list[str]) -> list[Job]:
@@ -108,6 +109,29 @@ def _section(workload: str, curve: Sweep, adaptive: list[tuple[Job, RunOutcome]]
     return "\n".join(lines)
 
 
+def write_sensitivity(workload: str, table: str) -> Path:
+    """Keep a sensitivity table where the report finds it, and put it in the report now."""
+    PLOTS_DIR.mkdir(exist_ok=True)
+    path = PLOTS_DIR / f"sensitivity_{workload}.md"
+    path.write_text(f"### {workload}\n\n{table}\n")
+    report = BENCH_DIR / "REPORT.md"
+    if report.exists():
+        text = report.read_text().split(SENSITIVITY_HEADING)[0].rstrip()
+        report.write_text(f"{text}\n\n{_sensitivity_section()}")
+    return path
+
+
+def _sensitivity_section() -> str:
+    tables = sorted(PLOTS_DIR.glob("sensitivity_*.md"))
+    if not tables:
+        return ""
+    intro = (
+        "Each PacerConfig threshold at 0.8x and 1.2x its default (`python -m bench "
+        "sensitivity`); * marks a change of at least 0.01 of the oracle."
+    )
+    return "\n\n".join([SENSITIVITY_HEADING, intro, *(t.read_text() for t in tables)])
+
+
 def _document(rows: list[str], sections: list[str], wall: float, runs: int) -> str:
     head = [
         "# Benchmarks: Pacer against the best fixed cap, the reference and Gradient2",
@@ -125,7 +149,7 @@ def _document(rows: list[str], sections: list[str], wall: float, runs: int) -> s
         *rows,
         "",
     ]
-    return "\n".join(head + sections)
+    return "\n".join(head + sections) + "\n" + _sensitivity_section()
 
 
 def _plot(workload: str, curve: Sweep, adaptive: list[tuple[Job, RunOutcome]]) -> None:
