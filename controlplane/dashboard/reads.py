@@ -105,7 +105,7 @@ def kv_lines(config: Any) -> KvLines:
 def _policy_name(config: Any) -> str:
     concurrency = config.get("concurrency") if isinstance(config, dict) else None
     policy = concurrency.get("policy") if isinstance(concurrency, dict) else None
-    return policy if policy in ("pacer", "reference", "fixed") else "pacer"
+    return policy if policy in ("pacer", "reference", "fixed", "gradient2") else "pacer"
 
 
 def observe_only(config: Any) -> bool:

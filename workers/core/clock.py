@@ -51,6 +51,13 @@ class ManualClock:
     def now(self) -> float:
         return self._now
 
+    def next_deadline(self) -> float | None:
+        """When the earliest sleeper wakes; None when nobody sleeps. A virtual-time driver
+        reads it to know how far it may run the engines before the core has to act."""
+        while self._sleepers and self._sleepers[0][2].done():
+            heapq.heappop(self._sleepers)  # a cancelled sleeper wakes nobody
+        return self._sleepers[0][0] if self._sleepers else None
+
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
             await asyncio.sleep(0)

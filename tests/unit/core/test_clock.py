@@ -43,6 +43,21 @@ async def test_a_cancelled_sleeper_is_skipped_and_the_others_still_wake() -> Non
     assert (cancelled.cancelled(), kept.done()) == (True, True)
 
 
+async def test_next_deadline_is_the_earliest_live_sleeper() -> None:
+    clock = ManualClock(start=10.0)
+    assert clock.next_deadline() is None
+    early = asyncio.create_task(clock.sleep(2.0))
+    late = asyncio.create_task(clock.sleep(5.0))
+    await asyncio.sleep(0)
+    assert clock.next_deadline() == 12.0
+    early.cancel()
+    await asyncio.gather(early, return_exceptions=True)
+    assert clock.next_deadline() == 15.0  # a cancelled sleeper is no deadline
+    clock.advance(5.0)
+    await late
+    assert clock.next_deadline() is None
+
+
 async def test_a_zero_sleep_only_yields() -> None:
     clock = ManualClock()
     await clock.sleep(0.0)

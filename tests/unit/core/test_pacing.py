@@ -60,3 +60,14 @@ def test_invalid_settings_and_counts_are_refused() -> None:
         PacingConfig(cap_fraction=2.0)
     with pytest.raises(ValueError, match="admit count"):
         AdmissionPacer().admit(0.0, 0)
+
+
+def test_the_budget_has_grown_at_the_very_instant_next_expiry_names() -> None:
+    # 0.1 + 5.0 - 5.0 < 0.1 in floating point: a timer woken by a clock standing at
+    # next_expiry() must still find the admission gone, or it re-arms for ever.
+    pacer = AdmissionPacer()
+    pacer.admit(0.1, 8)
+    expiry = pacer.next_expiry()
+    assert expiry is not None
+    assert pacer.available(expiry, cap=10, group_size=8) == 8
+    assert pacer.next_expiry() is None

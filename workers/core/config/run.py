@@ -12,9 +12,10 @@ core's own config dataclasses, and is judged by their own checks:
     max_steps = 100
 
     [concurrency]
-    policy = "pacer"          # pacer, reference or fixed
+    policy = "pacer"          # pacer, reference, fixed or gradient2
     max_inflight = 512        # and every other ControllerConfig field
-    [concurrency.pacer]       # PacerConfig fields; [concurrency.reference], [concurrency.pacing]
+    [concurrency.pacer]       # PacerConfig fields; [concurrency.reference], [concurrency.pacing],
+                              # [concurrency.gradient2]
     target_kv_usage = 0.85
 
     [[env]]
@@ -41,6 +42,7 @@ from workers.core.controller.concurrency import Controller
 from workers.core.controller.observe import ObserveOnly
 from workers.core.controller.policies.base import Policy
 from workers.core.controller.policies.fixed import FixedPolicy
+from workers.core.controller.policies.gradient2 import Gradient2Config, Gradient2Policy
 from workers.core.controller.policies.pacer import PacerConfig, PacerPolicy
 from workers.core.controller.policies.reference import ReferenceConfig, ReferencePolicy
 from workers.core.controller.records import ControllerConfig
@@ -51,7 +53,7 @@ from workers.core.environments.base import Environment, Sampling
 from workers.core.environments.registry import make_environment
 from workers.core.samples import EngineRole
 
-POLICIES = ("pacer", "reference", "fixed")
+POLICIES = ("pacer", "reference", "fixed", "gradient2")
 TRAINER_MODES = ("none", "external")
 WANDB_MODES = ("offline", "disabled", "online")
 AUTO_MODEL = "auto"  # take the one model the engines serve
@@ -66,10 +68,13 @@ class ConcurrencySettings:
     pacing: PacingConfig
     pacer: PacerConfig
     reference: ReferenceConfig
+    gradient2: Gradient2Config
 
     def make_policy(self) -> Policy:
         if self.policy == "pacer":
             return PacerPolicy(self.pacer)
+        if self.policy == "gradient2":
+            return Gradient2Policy(self.gradient2)
         if self.policy == "reference":
             return ReferencePolicy(self.reference)
         return FixedPolicy(self.reference)  # fixed reads the reference's signals
@@ -223,8 +228,9 @@ def _concurrency(table: Table) -> ConcurrencySettings | None:
     pacing = table.dataclass(PacingConfig, "pacing")
     pacer = table.dataclass(PacerConfig, "pacer")
     reference = table.dataclass(ReferenceConfig, "reference")
+    gradient2 = table.dataclass(Gradient2Config, "gradient2")
     table.finish()
-    parts = (policy, observe, poll, controller, pacing, pacer, reference)
+    parts = (policy, observe, poll, controller, pacing, pacer, reference, gradient2)
     if any(part is None for part in parts):
         return None
     return ConcurrencySettings(*parts)  # type: ignore[arg-type]

@@ -90,7 +90,9 @@ class AdmissionPacer:
         return self._window[0][0] + self.config.window
 
     def _expire(self, now: float) -> None:
-        horizon = now - self.config.window
+        """Drop admissions whose window has passed, by the very sum ``next_expiry`` gives: a
+        timer woken at that instant must find the budget grown (``now - window`` can round
+        below the admission's time, and a clock that stands still would then spin)."""
         window = self._window
-        while window and window[0][0] <= horizon:
+        while window and window[0][0] + self.config.window <= now:
             self._paid -= window.popleft()[1]

@@ -91,6 +91,7 @@ class Orchestrator:
         reporter: RunReporter | None = None,
         max_model_len: Callable[[str], int | None] = lambda engine: None,
         start: StartPoint | None = None,
+        on_episode: Callable[[FinishedEpisode[EpisodeSpec, Episode]], None] | None = None,
     ) -> None:
         if config.trainer.mode == "external" and acks is None:
             raise ValueError("trainer mode 'external' needs a source of acknowledgements")
@@ -101,6 +102,7 @@ class Orchestrator:
         self._writer = writer
         self._acks = acks
         self._reporter = reporter or QuietReporter()
+        self._on_episode = on_episode  # every episode that left the pool, for benchmarks
         self._engines = dict(engines)
         self._max_model_len = max_model_len
         self._envs = _labelled(config.envs)
@@ -146,6 +148,13 @@ class Orchestrator:
     def waves(self) -> int:
         """Evaluation waves started so far."""
         return self._waves
+
+    def start_eval_wave(self) -> None:
+        """An evaluation wave now, outside the ``eval_every`` rhythm (an operator's, or a
+        benchmark's timed event); needs an eval environment."""
+        if not any(env.kind is EpisodeKind.EVAL for env in self._envs.values()):
+            raise ValueError("the run has no eval environment to run a wave of")
+        self._start_wave()
 
     def stop(self, reason: str = "stopped") -> None:
         """End the run after the step being written, if one is; nothing half written."""
@@ -337,6 +346,8 @@ class Orchestrator:
     def _finished(self, finished: FinishedEpisode[EpisodeSpec, Episode]) -> None:
         tally = self._tally
         tally.count(finished)
+        if self._on_episode is not None:
+            self._on_episode(finished)
         ended = self._book.ended(finished)
         if ended.broken_group is not None:
             tally.dropped_groups += 1

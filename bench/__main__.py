@@ -1,0 +1,13 @@
+"""``python -m bench``: Pacer's controller against the best fixed cap, the reference and a
+latency limiter, in virtual time (see the README's "Benchmarks").
+
+    python -m bench run --workload bench/workloads/w1_single_short.toml --policy pacer
+    python -m bench sweep --workload bench/workloads/w3_agentic.toml
+    python -m bench report
+    python -m bench sensitivity --workload bench/workloads/w1_single_short.toml
+"""
+
+from bench.virtual.cli import main
+
+if __name__ == "__main__":
+    main()

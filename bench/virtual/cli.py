@@ -1,0 +1,75 @@
+"""The ``python -m bench`` subcommands; each prints what it measured and its wall time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from bench.virtual.report import build_report, write_sensitivity
+from bench.virtual.run import run_workload
+from bench.virtual.sensitivity import sensitivity
+from bench.virtual.suite import sweep
+from bench.virtual.workload import load_workload
+from workers.core.config.fields import ConfigError
+
+
+def _run(args: argparse.Namespace) -> None:
+    workload = load_workload(args.workload)
+    outcome = run_workload(workload, args.policy, seconds=args.seconds, start=args.start)
+    figures = outcome.figures()
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    for key, value in figures.items():
+        print(f"{key:>20}: {value}")
+
+
+def _sweep(args: argparse.Namespace) -> None:
+    load_workload(args.workload)  # field errors before any process starts
+    curve = sweep(args.workload)
+    print(curve.table())
+    print(f"oracle: cap {curve.best_cap}, {curve.oracle:,.0f} tokens/s; curve {curve.shape()}")
+
+
+def _report(args: argparse.Namespace) -> None:
+    print(f"wrote {build_report(args.workload or None)}")
+
+
+def _sensitivity(args: argparse.Namespace) -> None:
+    workload = load_workload(args.workload)
+    table = sensitivity(args.workload)
+    print(table)
+    path = write_sensitivity(workload.name, table)
+    print(f"wrote {path}; the next report includes it")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="one policy on one workload")
+    run.add_argument("--workload", required=True)
+    run.add_argument("--policy", required=True, help="reference, pacer, gradient2 or fixed:N")
+    run.add_argument("--seconds", type=float, default=None, help="virtual seconds to run")
+    run.add_argument("--start", type=int, default=None, help="start cap (adaptive policies)")
+    run.add_argument("--json", action="store_true")
+    run.set_defaults(handler=_run)
+    sweep_ = commands.add_parser("sweep", help="the oracle: every fixed cap of the ladder")
+    sweep_.add_argument("--workload", required=True)
+    sweep_.set_defaults(handler=_sweep)
+    report = commands.add_parser("report", help="the whole suite into bench/REPORT.md")
+    report.add_argument("--workload", action="append", help="only these (repeatable)")
+    report.set_defaults(handler=_report)
+    sens = commands.add_parser("sensitivity", help="each pacer threshold at 0.8x and 1.2x")
+    sens.add_argument("--workload", required=True)
+    sens.set_defaults(handler=_sensitivity)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    try:
+        args.handler(args)
+    except ConfigError as bad:
+        for error in bad.errors:
+            print(f"{getattr(args, 'workload', '')}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"wall time {time.perf_counter() - started:.1f} s", file=sys.stderr)

@@ -1,0 +1,117 @@
+"""What a benchmark run measured, and the figures read from it.
+
+The objective is completed-episode tokens per second over the whole run, ramp included:
+tokens of episodes cancelled, failed or still in flight at the end count for nothing, as
+for a trainer they are nothing. The other figures explain it: preemptions, wasted tokens,
+how long until the run delivered 90 % of the oracle's rate, how often the cap turned
+around, and how full the KV cache got.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+RATE_WINDOW_S = 60.0  # "time to 90 %" reads delivered throughput over a trailing minute:
+# one poll's completions swing with the phase of long episodes
+NEAR_ORACLE = 0.9  # the issue's "time to reach 90 % of the oracle's throughput"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The run at one poll."""
+
+    at: float
+    cap: int
+    inflight: int
+    completed_tokens: int  # cumulative, up to this poll
+    kv: float  # highest KV usage of a serving engine
+    running: int
+    waiting: int  # waiting for capacity, serving engines
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    workload: str
+    policy: str
+    seconds: float
+    completed_tokens: int
+    completed_episodes: int
+    failed_episodes: int
+    wasted_tokens: int
+    preemptions: int
+    max_kv: float
+    samples: tuple[Sample, ...]
+    engine_runs: int
+    wall_s: float = 0.0
+    start: int | None = None  # the start cap asked for; None: the policy's own
+
+    @property
+    def throughput(self) -> float:
+        """Completed-episode tokens per second over the whole run."""
+        return self.completed_tokens / self.seconds
+
+    @property
+    def direction_changes(self) -> int:
+        """How often the cap turned from rising to falling or back."""
+        changes, last = 0, 0
+        caps = [s.cap for s in self.samples]
+        for before, after in itertools.pairwise(caps):
+            sign = (after > before) - (after < before)
+            if sign and last and sign != last:
+                changes += 1
+            last = sign or last
+        return changes
+
+    @property
+    def settled_cap(self) -> float:
+        """The mean cap over the last quarter of the run: where the policy settled."""
+        tail = self.samples[len(self.samples) * 3 // 4 :] or self.samples
+        return sum(s.cap for s in tail) / max(1, len(tail))
+
+    def time_to(self, rate: float) -> float | None:
+        """The first time the trailing minute delivered at least ``rate`` tokens/s."""
+        samples = self.samples
+        j = 0
+        for sample in samples:
+            while samples[j].at < sample.at - RATE_WINDOW_S:
+                j += 1
+            span = sample.at - samples[j].at
+            if span >= RATE_WINDOW_S * 0.99:
+                done = sample.completed_tokens - samples[j].completed_tokens
+                if done / span >= rate:
+                    return sample.at
+        return None
+
+    def figures(self, oracle: float | None = None) -> dict[str, Any]:
+        """The run's figures as the report and ``--json`` show them."""
+        reach = None if oracle is None else self.time_to(NEAR_ORACLE * oracle)
+        return {
+            "workload": self.workload,
+            "policy": self.policy,
+            "start": self.start,
+            "seconds": self.seconds,
+            "throughput": round(self.throughput, 1),
+            "ratio_to_oracle": None if not oracle else round(self.throughput / oracle, 3),
+            "completed_episodes": self.completed_episodes,
+            "failed_episodes": self.failed_episodes,
+            "preemptions": self.preemptions,
+            "wasted_tokens": self.wasted_tokens,
+            "time_to_90pct_s": reach,
+            "direction_changes": self.direction_changes,
+            "settled_cap": round(self.settled_cap, 1),
+            "max_kv": round(self.max_kv, 3),
+            "wall_s": round(self.wall_s, 2),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["samples"] = [dataclasses.astuple(s) for s in self.samples]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunOutcome:
+        samples = tuple(Sample(*row) for row in data["samples"])
+        return cls(**{**data, "samples": samples})

@@ -1,0 +1,200 @@
+"""``python -m bench report``: the whole suite, then bench/REPORT.md and its plots.
+
+Every shipped workload is swept (the oracle) and run under each adaptive policy from its
+own start; W3 also from a start of 1 and of 1,024. The table gives each policy's
+throughput as a ratio to the oracle's; each workload's note says whether its curve is flat
+past the knee or keeps rising, read from the sweep itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # off-screen: the report is drawn on machines without a display
+import matplotlib.pyplot as plt
+
+from bench.virtual.outcome import RATE_WINDOW_S, RunOutcome
+from bench.virtual.suite import Job, Sweep, run_jobs, shipped_workloads, sweep_jobs
+
+POLICIES = ("reference", "pacer", "gradient2")
+EXTRA_STARTS = {"w3_agentic": (1, 1024)}  # the issue's W3 from a start of 1 and of 1,024
+BENCH_DIR = Path(__file__).resolve().parent.parent
+PLOTS_DIR = BENCH_DIR / "report"
+SENSITIVITY_HEADING = "## Sensitivity of pacer's thresholds"
+
+
+def suite_jobs(workloads: list[str]) -> list[Job]:
+    jobs: list[Job] = []
+    for workload in workloads:
+        jobs += sweep_jobs(workload)
+        jobs += [Job(workload, policy) for policy in POLICIES]
+        for start in EXTRA_STARTS.get(Path(workload).stem, ()):
+            jobs += [Job(workload, policy, start=start) for policy in POLICIES]
+    return jobs
+
+
+def build_report(workloads: list[str] | None = None) -> Path:
+    chosen = workloads or shipped_workloads()
+    started = time.perf_counter()
+    jobs = suite_jobs(chosen)
+    outcomes = run_jobs(jobs)
+    wall = time.perf_counter() - started
+    PLOTS_DIR.mkdir(exist_ok=True)
+    (PLOTS_DIR / "results.json").write_text(
+        json.dumps([o.figures() | {"job": j.label} for j, o in zip(jobs, outcomes, strict=True)])
+    )
+    sections, rows = [], []
+    for workload in chosen:
+        mine = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if j.workload == workload]
+        fixed = [(j, o) for j, o in mine if j.policy.startswith("fixed:")]
+        curve = Sweep(
+            tuple(int(j.policy.removeprefix("fixed:")) for j, _ in fixed),
+            tuple(o for _, o in fixed),
+        )
+        adaptive = [(j, o) for j, o in mine if not j.policy.startswith("fixed:")]
+        rows += _rows(curve, adaptive)
+        sections.append(_section(workload, curve, adaptive))
+        _plot(workload, curve, adaptive)
+    text = _document(rows, sections, wall, len(jobs))
+    path = BENCH_DIR / "REPORT.md"
+    path.write_text(text)
+    return path
+
+
+def _rows(curve: Sweep, adaptive: list[tuple[Job, RunOutcome]]) -> list[str]:
+    by = {(j.policy, j.start): o for j, o in adaptive}
+    rows = []
+    for start in sorted({j.start for j, _ in adaptive}, key=lambda s: -1 if s is None else s):
+        cells = []
+        for policy in POLICIES:
+            o = by[(policy, start)]
+            cells.append(f"{o.throughput / curve.oracle:.3f}")
+        pacer, reference = by[("pacer", start)], by[("reference", start)]
+        name = curve.best.workload + ("" if start is None else f" (start {start})")
+        rows.append(
+            f"| {name} | {curve.oracle:,.0f} (cap {curve.best_cap}) | "
+            + " | ".join(cells)
+            + f" | {pacer.throughput / reference.throughput:.3f} |"
+        )
+    return rows
+
+
+def _section(workload: str, curve: Sweep, adaptive: list[tuple[Job, RunOutcome]]) -> str:
+    stem = Path(workload).stem
+    lines = [
+        f"### {curve.best.workload}: {stem}",
+        "",
+        f"Curve: {curve.shape()}.",
+        "",
+        curve.table(),
+        "",
+        "| policy | start | ratio | preemptions | wasted tokens | time to 90 % (s) | "
+        "direction changes | settled cap | max KV |",
+        "|---" * 9 + "|",
+    ]
+    for job, o in adaptive:
+        f = o.figures(curve.oracle)
+        reach = "never" if f["time_to_90pct_s"] is None else f"{f['time_to_90pct_s']:.0f}"
+        lines.append(
+            f"| {job.policy} | {job.start or 'own'} | {f['ratio_to_oracle']:.3f} | "
+            f"{o.preemptions} | {o.wasted_tokens:,} | {reach} | {o.direction_changes} | "
+            f"{o.settled_cap:.0f} | {o.max_kv:.2f} |"
+        )
+    lines += ["", f"![{stem} over time](report/{stem}_time.png)"]
+    lines += [f"![{stem} sweep](report/{stem}_sweep.png)", ""]
+    return "\n".join(lines)
+
+
+def write_sensitivity(workload: str, table: str) -> Path:
+    """Keep a sensitivity table where the report finds it, and put it in the report now."""
+    PLOTS_DIR.mkdir(exist_ok=True)
+    path = PLOTS_DIR / f"sensitivity_{workload}.md"
+    path.write_text(f"### {workload}\n\n{table}\n")
+    report = BENCH_DIR / "REPORT.md"
+    if report.exists():
+        text = report.read_text().split(SENSITIVITY_HEADING)[0].rstrip()
+        report.write_text(f"{text}\n\n{_sensitivity_section()}")
+    return path
+
+
+def _sensitivity_section() -> str:
+    tables = sorted(PLOTS_DIR.glob("sensitivity_*.md"))
+    if not tables:
+        return ""
+    intro = (
+        "Each PacerConfig threshold at 0.8x and 1.2x its default (`python -m bench "
+        "sensitivity`); * marks a change of at least 0.01 of the oracle."
+    )
+    return "\n\n".join([SENSITIVITY_HEADING, intro, *(t.read_text() for t in tables)])
+
+
+def _document(rows: list[str], sections: list[str], wall: float, runs: int) -> str:
+    head = [
+        "# Benchmarks: Pacer against the best fixed cap, the reference and Gradient2",
+        "",
+        "Generated by `python -m bench report` (virtual time, the runtime's own orchestrator,",
+        "control loop, dispatcher and controller on the engine simulator). The objective is",
+        "completed-episode tokens per second over the whole run, ramp included; the oracle is",
+        "the best fixed cap of the sweep. Ratios are to the oracle; the last column is pacer",
+        "over reference.",
+        "",
+        f"Suite: {runs} runs in {wall:.0f} s wall on 2 worker processes.",
+        "",
+        "| workload | oracle tok/s | reference | pacer | gradient2 | pacer / reference |",
+        "|---" * 6 + "|",
+        *rows,
+        "",
+    ]
+    return "\n".join(head + sections) + "\n" + _sensitivity_section()
+
+
+def _plot(workload: str, curve: Sweep, adaptive: list[tuple[Job, RunOutcome]]) -> None:
+    stem = Path(workload).stem
+    figure, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    runs = [(f"{j.policy}" + (f" start {j.start}" if j.start else ""), o) for j, o in adaptive]
+    runs.append((f"best fixed {curve.best_cap}", curve.best))
+    for label, o in runs:
+        at = [s.at for s in o.samples]
+        axes[0].plot(at, [s.cap for s in o.samples], label=label)
+        axes[1].plot(at, [s.inflight for s in o.samples], label=label)
+        axes[2].plot(at, _trailing_rate(o), label=label)
+    for ax, title in zip(axes, ("cap", "in flight", "completed tokens/s (60 s)"), strict=True):
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, ncol=2)
+    axes[2].set_xlabel("virtual seconds")
+    figure.suptitle(f"{curve.best.workload} ({stem})")
+    figure.tight_layout()
+    figure.savefig(PLOTS_DIR / f"{stem}_time.png", dpi=80)
+    plt.close(figure)
+    figure, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(curve.caps, [o.throughput for o in curve.outcomes], marker="o", label="fixed cap")
+    for (job, o), color in zip(
+        adaptive, plt.rcParams["axes.prop_cycle"].by_key()["color"][1:], strict=False
+    ):
+        if job.start is None:
+            ax.axvline(o.settled_cap, color=color, linestyle="--", label=f"{job.policy} settled")
+    ax.set_xscale("log")
+    ax.set_xlabel("cap")
+    ax.set_ylabel("completed tokens/s")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{curve.best.workload}: throughput versus cap")
+    figure.tight_layout()
+    figure.savefig(PLOTS_DIR / f"{stem}_sweep.png", dpi=80)
+    plt.close(figure)
+
+
+def _trailing_rate(o: RunOutcome) -> list[float]:
+    rates, j = [], 0
+    samples = o.samples
+    for s in samples:
+        while samples[j].at < s.at - RATE_WINDOW_S:
+            j += 1
+        span = s.at - samples[j].at
+        rates.append((s.completed_tokens - samples[j].completed_tokens) / span if span else 0.0)
+    return rates

@@ -1,0 +1,176 @@
+"""One benchmark run: a workload under one policy, in virtual time, with the runtime's own
+orchestrator, control loop, dispatcher and controller.
+
+The policy is the only thing that changes between runs of a workload: ``reference``,
+``pacer``, ``gradient2`` or ``fixed:N`` (the cap pinned at N by the controller's bounds).
+Everything the run measures is taken at the horizon, before the orchestrator is stopped,
+so that the cancellations of the shutdown never count as waste.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Any
+
+from bench.virtual.driver import InlineExecutor, VirtualTime
+from bench.virtual.engines import PrefillPool, SimEngine, VirtualClient, Waste
+from bench.virtual.events import apply_event
+from bench.virtual.outcome import RunOutcome, Sample
+from bench.virtual.tally import Tallied
+from bench.virtual.workload import Workload
+from workers.core.clock import ManualClock
+from workers.core.config.run import RunConfig
+from workers.core.dispatch.episodes import FinishedEpisode
+from workers.core.dispatch.permits import PermitOutcome
+from workers.core.orchestrator.batches import Batch
+from workers.core.orchestrator.orchestrator import Orchestrator
+from workers.core.samples import EngineRole, LoadSample
+
+ADAPTIVE = ("reference", "pacer", "gradient2")
+
+
+def concurrency_table(
+    policy: str,
+    poll_interval_s: float,
+    start: int | None = None,
+    pacer: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run config's ``[concurrency]`` for a policy name as the CLI takes it."""
+    table: dict[str, Any] = {"poll_interval_s": poll_interval_s}
+    if policy.startswith("fixed:"):
+        cap = int(policy.removeprefix("fixed:"))
+        return {**table, "policy": "fixed", "min_inflight": cap, "max_inflight": cap}
+    if policy not in ADAPTIVE:
+        raise ValueError(f"policy must be one of {', '.join(ADAPTIVE)} or fixed:N, got {policy!r}")
+    table["policy"] = policy
+    if start is not None:
+        table["initial_inflight"] = start
+    if pacer:
+        table["pacer"] = pacer
+    return table
+
+
+class NoWriter:
+    """Batches go nowhere: a benchmark measures generation, not storage."""
+
+    def written_steps(self) -> set[int]:
+        return set()
+
+    def write(self, batch: Batch) -> str:
+        return ""
+
+
+class Recorder:
+    """What the run measures: completed tokens as episodes end, the load at every poll."""
+
+    def __init__(self, engines: list[SimEngine]) -> None:
+        self.engines = engines
+        self.completed_tokens = 0
+        self.completed_episodes = 0
+        self.failed_episodes = 0
+        self.samples: list[Sample] = []
+        self.orchestrator: Orchestrator | None = None
+
+    def episode(self, finished: FinishedEpisode[Any, Any]) -> None:
+        if finished.outcome is PermitOutcome.COMPLETED and finished.result is not None:
+            self.completed_tokens += finished.result.tokens
+            self.completed_episodes += 1
+        elif finished.outcome is PermitOutcome.FAILED:
+            self.failed_episodes += 1
+
+    def poll(self, now: float) -> list[LoadSample]:
+        samples = [engine.sample(now) for engine in self.engines]
+        assert self.orchestrator is not None
+        dispatcher = self.orchestrator.loop.dispatcher
+        decode = [s for s in samples if s.role is not EngineRole.PREFILL and s.is_fresh]
+        self.samples.append(
+            Sample(
+                at=now,
+                cap=dispatcher.cap,
+                inflight=dispatcher.inflight,
+                completed_tokens=self.completed_tokens,
+                kv=max((s.kv_usage for s in decode), default=0.0),
+                running=sum(s.num_running for s in decode),
+                waiting=sum(s.capacity_waiters for s in decode),
+            )
+        )
+        return samples
+
+
+def run_workload(
+    workload: Workload,
+    policy: str,
+    *,
+    seconds: float | None = None,
+    start: int | None = None,
+    pacer: dict[str, Any] | None = None,
+) -> RunOutcome:
+    """Run one policy on a workload for ``seconds`` of virtual time (the workload's own by
+    default); deterministic for a workload, a policy and its settings."""
+    table = concurrency_table(policy, workload.poll_interval_s, start, pacer)
+    config = workload.run_config(table)
+    horizon = workload.seconds if seconds is None else seconds
+    started = time.perf_counter()
+    outcome = asyncio.run(_run(workload, config, policy, horizon))
+    return dataclasses.replace(outcome, wall_s=time.perf_counter() - started, start=start)
+
+
+async def _run(workload: Workload, config: RunConfig, policy: str, horizon: float) -> RunOutcome:
+    asyncio.get_running_loop().set_default_executor(InlineExecutor())
+    clock = ManualClock()
+    engines = [
+        SimEngine(shape, seed=config.seed * 1000 + i) for i, shape in enumerate(workload.engines)
+    ]
+    waste = Waste()
+    prefill = PrefillPool([e for e in engines if e.shape.role is EngineRole.PREFILL])
+    clients = {
+        e.name: VirtualClient(e, clock.now, waste, prefill.pick if prefill.engines else None)
+        for e in engines
+        if e.shape.role is not EngineRole.PREFILL
+    }
+    by_name = {e.name: e for e in engines}
+    tallied = tuple(
+        dataclasses.replace(env, environment=Tallied(env.environment, waste)) for env in config.envs
+    )
+    config = dataclasses.replace(config, envs=tallied)
+    recorder = Recorder(engines)
+
+    async def poll() -> list[LoadSample]:
+        return recorder.poll(clock.now())
+
+    orchestrator = Orchestrator(
+        config,
+        controller=config.concurrency.make_controller(),
+        poll=poll,
+        engines=clients,
+        clock=clock,
+        writer=NoWriter(),
+        max_model_len=lambda name: by_name[name].virtual.engine.config.max_model_len,
+        on_episode=recorder.episode,
+    )
+    recorder.orchestrator = orchestrator
+    driver = VirtualTime(clock, engines)
+    for event in workload.events:
+        driver.at(
+            event.at, lambda event=event: apply_event(event, orchestrator, engines, config, clock)
+        )
+    task = asyncio.get_running_loop().create_task(orchestrator.run())
+    await driver.run(horizon)
+    outcome = RunOutcome(
+        workload=workload.name,
+        policy=policy,
+        seconds=horizon,
+        completed_tokens=recorder.completed_tokens,
+        completed_episodes=recorder.completed_episodes,
+        failed_episodes=recorder.failed_episodes,
+        wasted_tokens=waste.tokens,
+        preemptions=sum(e.preemptions_so_far() for e in engines),
+        max_kv=max((s.kv for s in recorder.samples), default=0.0),
+        samples=tuple(recorder.samples),
+        engine_runs=driver.engine_runs,
+    )
+    orchestrator.stop("benchmark horizon")
+    await task
+    return outcome

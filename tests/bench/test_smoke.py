@@ -1,0 +1,51 @@
+"""The benchmark's smoke subset: on a small workload, pacer must not fall below the reference.
+
+One engine, single-turn answers of ~400 tokens, five virtual minutes: both policies start
+from the KV-derived cap and must ramp; the reference holds at its 0.6 KV soft line, pacer
+runs the cache fuller. Each run costs a few wall seconds.
+"""
+
+from __future__ import annotations
+
+from bench.virtual.run import run_workload
+from bench.virtual.workload import parse_workload
+
+SMALL = {
+    "workload": {"name": "smoke"},
+    "run": {"seconds": 300, "batch_size": 32, "group_size": 4, "max_off_policy_steps": 16},
+    "engine": [
+        {
+            "kv_tokens": 16384,
+            "max_model_len": 2048,
+            "step_overhead_s": 0.04,
+            "per_seq_s": 0.0005,
+        }
+    ],
+    "env": [
+        {
+            "name": "longtail",
+            "args": {
+                "prompt_tokens": 64,
+                "completion_tokens": {"kind": "lognormal", "mean": 400, "sigma": 0.5},
+            },
+        }
+    ],
+}
+
+
+def test_pacer_is_at_least_the_reference_on_a_small_workload() -> None:
+    workload = parse_workload(SMALL)
+    pacer = run_workload(workload, "pacer")
+    reference = run_workload(workload, "reference")
+    assert pacer.completed_episodes > 0 and reference.completed_episodes > 0
+    assert pacer.throughput >= reference.throughput, (pacer.figures(), reference.figures())
+
+
+def test_a_run_is_deterministic() -> None:
+    workload = parse_workload({**SMALL, "run": {**SMALL["run"], "seconds": 60}})
+    first, again = run_workload(workload, "fixed:16"), run_workload(workload, "fixed:16")
+    assert (first.completed_tokens, first.preemptions) == (
+        again.completed_tokens,
+        again.preemptions,
+    )
+    assert [s.cap for s in first.samples] == [16] * len(first.samples)
