@@ -113,3 +113,24 @@ def celery_worker(celery_queue: str, tmp_path_factory: pytest.TempPathFactory) -
         time.sleep(0.2)
     yield Worker(process, log_path)
     stop_process_group(process)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_channels() -> Iterator[None]:
+    """Live events under a prefix of this session's own, here and in the servers and workers
+    it starts: run ids restart with each test database, and another session on the same Redis
+    has a run 1 too, whose events would otherwise reach this session's websockets."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    prefix = f"pacer-test-{uuid.uuid4().hex[:12]}"
+    layers = {"default": {**settings.CHANNEL_LAYERS["default"]}}
+    layers["default"]["CONFIG"] = {**layers["default"]["CONFIG"], "prefix": prefix}
+    before = os.environ.get("PACER_CHANNELS_PREFIX")
+    os.environ["PACER_CHANNELS_PREFIX"] = prefix
+    with override_settings(CHANNEL_LAYERS=layers):
+        yield
+    if before is None:
+        del os.environ["PACER_CHANNELS_PREFIX"]
+    else:
+        os.environ["PACER_CHANNELS_PREFIX"] = before

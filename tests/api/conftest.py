@@ -15,10 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.test import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -57,24 +55,6 @@ def make_account(username: str, role: str | None, *, superuser: bool = False) ->
     if role is not None:
         grant(user, role)
     return Account(user, Token.objects.create(user=user).key)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def private_channels() -> Iterator[None]:
-    """Live events under a prefix of this session's own, here and in the servers and workers
-    it starts: run ids restart with each test database, and another session on the same Redis
-    has a run 1 too, whose events would otherwise reach this session's websockets."""
-    prefix = f"pacer-test-{uuid.uuid4().hex[:12]}"
-    layers = {"default": {**settings.CHANNEL_LAYERS["default"]}}
-    layers["default"]["CONFIG"] = {**layers["default"]["CONFIG"], "prefix": prefix}
-    before = os.environ.get("PACER_CHANNELS_PREFIX")
-    os.environ["PACER_CHANNELS_PREFIX"] = prefix
-    with override_settings(CHANNEL_LAYERS=layers):
-        yield
-    if before is None:
-        del os.environ["PACER_CHANNELS_PREFIX"]
-    else:
-        os.environ["PACER_CHANNELS_PREFIX"] = before
 
 
 @pytest.fixture(autouse=True)

@@ -248,6 +248,8 @@ def test_pins_are_applied_as_decisions_within_a_second(
             )
             latencies.append((decision.at - override.created_at).total_seconds())
             assert (decision.kind, decision.cap_after) == ("pin", 10 + n)
+            # the run's cap is written with the decision, not at the next poll
+            assert Run.objects.values_list("cap", flat=True).get(pk=run.pk) == 10 + n
         run.refresh_from_db()
         override_create(run=run, created_by=None, mode="stop", reason="done")
         wait_for(lambda: state_of(run) in RunState.ended(), 60, "the run to stop")

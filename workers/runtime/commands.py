@@ -52,6 +52,7 @@ class Commands:
         call: Call,
         clock: Clock,
         redis_url: str,
+        live: Callable[[], dict[str, Any]],
     ) -> None:
         self.run_id = run_id
         self._controller = controller
@@ -60,6 +61,7 @@ class Commands:
         self._call = call
         self._clock = clock
         self._redis_url = redis_url
+        self._live = live  # the run's live figures now: cap and policy cap move with a command
         self.acks_changed = asyncio.Event()  # a trainer acknowledged a step
         self.ending: list[int] = []  # pause and stop overrides, settled when the run has ended
         # Applied, their decisions not yet written: a look at the database before the
@@ -116,6 +118,7 @@ class Commands:
                 return
             self._reporter.link(decision, override.pk)
             self._orchestrator.loop.command(decision)
+            self._reporter.set_live(self._live())  # the run's cap written with its decision
         elif mode == OverrideMode.PAUSE:
             self.ending.append(override.pk)
             self._orchestrator.stop(PAUSED_BY_OPERATOR)

@@ -203,6 +203,7 @@ class Host:
                 call=self.call,
                 clock=self._clock,
                 redis_url=settings.REDIS_URL,
+                live=lambda: self._live(controller, None),
             )
             commands.acks_changed = commands_changed
             background = [

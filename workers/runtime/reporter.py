@@ -160,8 +160,9 @@ class RunReporter:
         )
 
     def set_live(self, live: dict[str, Any]) -> None:
-        """The run's live figures, for the next flush (the last ones, as a run ends)."""
-        self._live = live
+        """Live figures for the next flush, over those of a poll not yet written (a command's
+        new cap, the last figures as a run ends)."""
+        self._live = {**self._live, **live}
 
     def wall(self, at: float) -> datetime:
         """A clock reading as wall time: the clock is monotonic, the database wants dates."""
