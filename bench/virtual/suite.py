@@ -21,8 +21,9 @@ from bench.virtual.workload import load_workload
 
 WORKERS = 2  # the benchmark machine's cores
 # Fixed caps the oracle tries: a x1.5 ladder from a pool far below any shipped workload's
-# knee to one far past it (their KV caches hold ~30-250 episodes).
-SWEEP_CAPS = (8, 12, 18, 27, 40, 60, 90, 135, 200, 300)
+# knee to one far past it (their KV caches hold ~30-250 episodes, and with cheap recompute
+# the curve can still rise at 300, so the ladder runs to 1,000).
+SWEEP_CAPS = (8, 12, 18, 27, 40, 60, 90, 135, 200, 300, 450, 675, 1000)
 WORKLOADS_DIR = Path(__file__).resolve().parent.parent / "workloads"
 
 

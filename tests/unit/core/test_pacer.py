@@ -29,9 +29,11 @@ def step(policy: PacerPolicy, view: PoolView | None = None, at: float = 0.0, **f
 
 @pytest.mark.parametrize(
     ("usage", "growth"),
-    [(0.0, 2.0), (0.4, 1.5), (0.78, 1.05), (0.8, 1.05), (0.84, 1.025), (0.87, 1.00625)],
+    [(0.0, 4.0), (0.4, 2.2), (0.78, 0.88 / 0.78), (0.8, 1.05), (0.84, 1.025), (0.87, 1.00625)],
 )
-def test_growth_starts_at_x2_and_tapers_to_nothing_at_the_target_kv(usage, growth) -> None:
+def test_growth_puts_kv_on_the_target_in_a_turnover_and_tapers_to_nothing_at_it(
+    usage, growth
+) -> None:
     reading, proposal = step(PacerPolicy(), pool(inflight=0), kv=usage)  # KV read as it is
     assert reading.signal is Signal.CLEAR
     assert reading.growth == pytest.approx(growth)
@@ -81,7 +83,7 @@ def test_preemption_cuts_to_0_85_and_growth_stops_under_the_knee() -> None:
     assert (cut.kind, cut.shed) == (DecisionKind.CUT, True)
     assert cut.level == pytest.approx(170.0)
     under = step(policy, pool(level=170.0, inflight=0), kv=0.1)[0]
-    assert (under.signal, under.growth, under.ceiling) == (Signal.CLEAR, 1.875, 180.0)
+    assert (under.signal, under.growth, under.ceiling) == (Signal.CLEAR, 4.0, 180.0)
     at_ceiling = step(policy, pool(level=180.0, inflight=0), kv=0.1)[0]
     assert (at_ceiling.signal, at_ceiling.cause) == (Signal.SOFT, Cause.KNEE)
     assert (at_ceiling.growth, at_ceiling.figures["knee"]) == (1.0, 200.0)
@@ -91,7 +93,7 @@ def test_the_knee_is_forgotten_after_20_turnovers() -> None:
     policy = PacerPolicy()
     step(policy, pool(inflight=200, level=200.0), preemptions=2)
     at_21 = step(policy, pool(level=185.0, inflight=0, turnover=21.0), kv=0.1)[0]
-    assert (at_21.signal, at_21.growth, at_21.ceiling) == (Signal.CLEAR, 1.875, None)
+    assert (at_21.signal, at_21.growth, at_21.ceiling) == (Signal.CLEAR, 4.0, None)
     assert "knee" not in at_21.figures
 
 
@@ -101,19 +103,20 @@ def test_growth_reads_the_highest_kv_of_the_last_3_polls() -> None:
     policy, empty = PacerPolicy(), pool(inflight=0)
     step(policy, empty, kv=0.7)
     caught_idle = step(policy, empty, kv=0.0)[0]
-    assert caught_idle.growth == pytest.approx(1.125)  # growth at KV 0.7, not at 0
+    assert caught_idle.growth == pytest.approx(0.88 / 0.7)  # growth at KV 0.7, not at 0
     step(policy, empty, kv=0.0)
     idle_for_3 = step(policy, empty, kv=0.0)[0]
-    assert idle_for_3.growth == pytest.approx(2.0)
+    assert idle_for_3.growth == pytest.approx(4.0)
 
 
 def test_growth_prices_in_one_more_episodes_share_of_kv() -> None:
     """At 7 episodes with KV 0.78, an eighth would take it to 0.89, past the 0.88 target: no
-    growth. At 100 episodes the same KV is 0.79 with one more, under cruise: probe growth."""
+    growth. At 100 episodes the same KV is 0.7878 with one more, under cruise: slow start's
+    target / KV."""
     small = step(PacerPolicy(), pool(level=7.0, inflight=7), kv=0.78)[0]
     large = step(PacerPolicy(), pool(level=100.0, inflight=100), kv=0.78)[0]
     assert (small.signal, small.growth) == (Signal.CLEAR, 1.0)
-    assert large.growth == pytest.approx(1.05)
+    assert large.growth == pytest.approx(0.88 / (0.78 * 1.01))
 
 
 @pytest.mark.parametrize("engines", [1, 2, 4])
@@ -240,8 +243,8 @@ def test_config_rejects_inconsistent_thresholds() -> None:
         PacerConfig(cruise_kv_usage=0.9, target_kv_usage=0.85)
     with pytest.raises(ValueError, match="trim_kv_usage"):
         PacerConfig(trim_kv_usage=0.85)
-    with pytest.raises(ValueError, match=r"probe_growth must be in \[1.0, 2.0\]"):
-        PacerConfig(probe_growth=3.0)
+    with pytest.raises(ValueError, match=r"probe_growth must be in \[1.0, 4.0\]"):
+        PacerConfig(probe_growth=5.0)
 
 
 def test_prefix_eviction_is_seen_inside_the_kv_dead_band_too() -> None:

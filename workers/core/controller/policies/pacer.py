@@ -29,7 +29,9 @@ class PacerConfig:
 
     cruise_kv_usage: float = 0.8  # slow start ends here (the reference trims at 0.8)
     target_kv_usage: float = 0.88  # growth tapers to nothing here; hold up to the trim line
-    max_growth: float = 2.0  # slow start: x2 per turnover at idle KV, as TCP doubles per RTT
+    max_growth: float = 4.0  # slow start: at most x4 per turnover (the range's top): a pool
+    # that lands on the target after one turnover, KV being measured on young contexts, is
+    # then trimmed by one step, not cut
     probe_growth: float = 1.05  # above cruise or near a known knee: +5 % per turnover
     trim_kv_usage: float = 0.92  # trim above this; vLLM preempts only as KV nears 1.0...
     trim_polls: int = 2  # ...on 2 polls in a row: one poll's KV swings with episode lengths
@@ -95,12 +97,13 @@ class PacerPolicy:
       x the pool that overloaded (the knee), like TCP's slow-start threshold after a loss.
     - CLEAR, growth per turnover, on the highest KV usage of the last ``growth_kv_polls``
       polls with one more episode's share of its engine added: below ``cruise_kv_usage``,
-      slow start, 1 + (max_growth - 1) x (cruise - kv) / cruise, at least ``probe_growth``;
+      slow start, target / kv (the pool that puts KV on the target after one turnover), at
+      most ``max_growth`` and at least ``probe_growth``;
       from cruise to target, ``probe_growth`` tapering linearly to 1.0, so the cap settles
       into the dead band instead of crossing the trim line; never past the knee's ceiling;
       nothing while any request waits for capacity.
 
-    Why it should beat the reference: it ramps at up to x2 per turnover instead of x1.25 (a
+    Why it should beat the reference: it ramps at up to x4 per turnover instead of x1.25 (a
     pessimistic start costs a few turnovers, not dozens); it runs KV up to ~0.88 instead of
     holding at the reference's 0.6 soft line, which is closer to the best fixed cap when KV is
     the limit; the dead band between growth's end and the trim line removes the grow-trim
@@ -218,8 +221,10 @@ class PacerPolicy:
     def _growth(self, kv_usage: float) -> float:
         cfg = self.config
         if kv_usage < cfg.cruise_kv_usage:
-            headroom = (cfg.cruise_kv_usage - kv_usage) / cfg.cruise_kv_usage
-            return max(cfg.probe_growth, 1.0 + (cfg.max_growth - 1.0) * headroom)
+            # Within a turnover every episode is replaced, so KV scales with the pool: x target
+            # / kv per turnover is the pool whose KV the measurement puts on the target.
+            headroom = cfg.target_kv_usage / max(kv_usage, cfg.target_kv_usage / cfg.max_growth)
+            return max(cfg.probe_growth, headroom)
         if kv_usage >= cfg.target_kv_usage:
             return 1.0
         band = cfg.target_kv_usage - cfg.cruise_kv_usage
