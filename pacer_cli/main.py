@@ -30,6 +30,7 @@ from pacer_cli.follow import Follower, Refused
 from pacer_cli.output import decision_line, engine_table, run_detail, run_table
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
 DEFAULT_URL = "http://127.0.0.1:8000"  # where ./scripts/run serves
 OVERRIDE_WAIT_S = 10.0  # how long `runs override` waits to see the run act on it
 OVERRIDE_POLL_S = 0.1
@@ -286,5 +287,9 @@ def main(
         return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (``| head``): end quietly, as other tools do
+        if out is sys.stdout:  # so the interpreter's last flush at exit cannot fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     finally:
         cli.api.close()

@@ -50,6 +50,20 @@ def test_create_from_toml_list_and_show(
     assert "created" in out and "by olga" in out
 
 
+def test_a_reader_that_goes_away_ends_the_client_quietly(live_server_api: LiveServer) -> None:
+    token = make_account("olga", "operator").token
+    make_run(name="piped")
+    client = subprocess.Popen(
+        [str(Path(sys.executable).parent / "pacer"), "--url", live_server_api.url, "--token",
+         token, "runs", "list"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert client.stdout is not None and client.stderr is not None
+    client.stdout.close()  # as `pacer runs list | head -0` does
+    err = client.stderr.read().decode()
+    assert (client.wait(timeout=30), err) == (141, "")
+
+
 def test_the_api_field_errors_are_printed_with_exit_1(
     live_server_api: LiveServer, tmp_path: Path
 ) -> None:
