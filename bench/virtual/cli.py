@@ -6,12 +6,14 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
+from bench.virtual.fit import fit_workload, workload_toml
 from bench.virtual.report import build_report, write_sensitivity
 from bench.virtual.run import run_workload
 from bench.virtual.sensitivity import sensitivity
 from bench.virtual.suite import sweep
-from bench.virtual.workload import load_workload
+from bench.virtual.workload import load_workload, parse_workload
 from workers.core.config.fields import ConfigError
 
 
@@ -45,6 +47,21 @@ def _sensitivity(args: argparse.Namespace) -> None:
     print(f"wrote {path}; the next report includes it")
 
 
+def _fit(args: argparse.Namespace) -> None:
+    from bench.virtual.recorded import read_run, setup_django
+
+    setup_django()
+    try:
+        recorded = read_run(args.run)
+    except LookupError as missing:
+        print(missing, file=sys.stderr)
+        raise SystemExit(2) from None
+    document = fit_workload(recorded)
+    parse_workload(document, args.out)  # what bench run would refuse is refused here
+    Path(args.out).write_text(workload_toml(document))
+    print(f"wrote {args.out}: {document['workload']['description']}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -64,12 +81,19 @@ def main(argv: list[str] | None = None) -> None:
     sens = commands.add_parser("sensitivity", help="each pacer threshold at 0.8x and 1.2x")
     sens.add_argument("--workload", required=True)
     sens.set_defaults(handler=_sensitivity)
+    fit = commands.add_parser("fit", help="a workload file fitted to a recorded run")
+    fit.add_argument("--run", required=True, type=int, help="the run's id")
+    fit.add_argument("--out", default=None, help="the file to write (default fit-ID.toml)")
+    fit.set_defaults(handler=_fit)
     args = parser.parse_args(argv)
+    if args.command == "fit" and args.out is None:
+        args.out = f"fit-{args.run}.toml"
     started = time.perf_counter()
     try:
         args.handler(args)
     except ConfigError as bad:
         for error in bad.errors:
-            print(f"{getattr(args, 'workload', '')}: {error}", file=sys.stderr)
+            where = getattr(args, "workload", None) or getattr(args, "out", "")
+            print(f"{where}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"wall time {time.perf_counter() - started:.1f} s", file=sys.stderr)
