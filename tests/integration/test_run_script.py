@@ -26,6 +26,13 @@ def processes_mentioning(marker: str) -> list[str]:
     return [line for line in listing.splitlines() if marker in line and "ps -ww" not in line]
 
 
+def terminal_sigint() -> None:
+    """SIGINT at its default, as in a terminal's foreground job, even where this test runs
+    with it ignored (a background job of a non-interactive shell, as CI may be): bash cannot
+    trap a signal that was ignored when it started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_run_script_serves_health_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     port = free_port()
     engine_ports = [free_port(), free_port()]
@@ -47,6 +54,7 @@ def test_run_script_serves_health_and_stops_everything_on_ctrl_c(tmp_path: Path)
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=terminal_sigint,
         )
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
