@@ -6,8 +6,12 @@ and the sweep compacts within its budget."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 import threading
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +22,7 @@ from rest_framework.test import APIClient
 from controlplane.runs import rollups
 from controlplane.runs.models import EngineSample, RollupWatermark, Run, SampleRollup
 from tests.api.conftest import T0, make_run
+from tests.conftest import REPO_ROOT
 from workers.runtime import sweep
 
 pytestmark = pytest.mark.django_db
@@ -233,3 +238,13 @@ def test_compact_samples_reports_its_progress(settings: Any) -> None:
     assert "compacting 1 run(s)" in text
     assert f"run {run.pk}, 60 s bins: 120 rows, to 2026-11-30T13:00:00+00:00" in text
     assert f"[1/1] run {run.pk}: rollup rows 60 s: 360" in text and "done in" in text
+
+
+def test_compact_samples_on_sqlite_says_rollups_need_postgresql(tmp_path: Path) -> None:
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'pacer.sqlite3'}"}
+    manage = [sys.executable, str(REPO_ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v", "0"], env=env, check=True)
+    done = subprocess.run([*manage, "compact_samples"], env=env, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "sample rollups need PostgreSQL (this database is sqlite)" in done.stderr
+    assert "Traceback" not in done.stderr

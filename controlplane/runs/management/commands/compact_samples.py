@@ -8,7 +8,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 
 from controlplane.runs import rollups
 
@@ -20,6 +21,11 @@ class Command(BaseCommand):
         parser.add_argument("run_ids", nargs="*", type=int, help="default: every run with samples")
 
     def handle(self, *args: Any, run_ids: list[int], **options: Any) -> None:
+        if connection.vendor != "postgresql":
+            raise CommandError(
+                f"sample rollups need PostgreSQL (this database is {connection.vendor}); "
+                "on it the samples endpoint reads raw samples, and nothing needs compacting"
+            )
         began = time.monotonic()
         ids = run_ids or rollups.compactable_runs()
         self.stdout.write(f"compacting {len(ids)} run(s)")
