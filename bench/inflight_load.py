@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.orchestrator_overhead import NoFiles
+from bench.orchestrator_overhead import NoFiles, clear_sample
 from workers.core.clock import MonotonicClock
 from workers.core.config.run import RunConfig, parse_run_config
 from workers.core.controller.concurrency import Controller
 from workers.core.dispatch.dispatcher import Dispatcher
 from workers.core.orchestrator.orchestrator import Orchestrator
-from workers.core.samples import EngineHealth, EngineRole, LoadSample
+from workers.core.samples import LoadSample
 from workers.core.turns import Turn, TurnResult
 
 TURN_S = (40.0, 80.0)  # long turns: the pool stays full while completions stay few
@@ -106,22 +106,7 @@ def clear_poll(names: list[str], inflight: Callable[[], int]) -> Callable[[], An
     async def poll() -> list[LoadSample]:
         running = inflight() // len(names)
         return [
-            LoadSample(
-                engine_id=name,
-                role=EngineRole.UNIFIED,
-                scraped_at=time.monotonic(),
-                health=EngineHealth.UP,
-                kv_capacity_tokens=10_000_000,
-                max_model_len=32_768,
-                kv_usage=0.3,
-                num_running=running,
-                num_waiting=0,
-                num_waiting_capacity=0,
-                num_preemptions=0,
-                prefix_cache_hits=0,
-                prefix_cache_queries=0,
-                generation_tokens=1000,
-            )
+            clear_sample(name, running=running, kv_usage=0.3, kv_capacity_tokens=10_000_000)
             for name in names
         ]
 

@@ -98,24 +98,31 @@ def config(steps: int, urls: list[str]) -> RunConfig:
     )
 
 
+def clear_sample(
+    name: str, *, running: int, kv_usage: float, kv_capacity_tokens: int
+) -> LoadSample:
+    """A fresh sample of an engine with room to spare: nothing waits, nothing is preempted."""
+    return LoadSample(
+        engine_id=name,
+        role=EngineRole.UNIFIED,
+        scraped_at=time.monotonic(),
+        health=EngineHealth.UP,
+        kv_capacity_tokens=kv_capacity_tokens,
+        max_model_len=32_768,
+        kv_usage=kv_usage,
+        num_running=running,
+        num_waiting=0,
+        num_waiting_capacity=0,
+        num_preemptions=0,
+        prefix_cache_hits=0,
+        prefix_cache_queries=0,
+        generation_tokens=1000,
+    )
+
+
 async def healthy_poll(engines: list[str]) -> list[LoadSample]:
     return [
-        LoadSample(
-            engine_id=name,
-            role=EngineRole.UNIFIED,
-            scraped_at=time.monotonic(),
-            health=EngineHealth.UP,
-            kv_capacity_tokens=1_000_000,
-            max_model_len=32_768,
-            kv_usage=0.2,
-            num_running=10,
-            num_waiting=0,
-            num_waiting_capacity=0,
-            num_preemptions=0,
-            prefix_cache_hits=0,
-            prefix_cache_queries=0,
-            generation_tokens=1000,
-        )
+        clear_sample(name, running=10, kv_usage=0.2, kv_capacity_tokens=1_000_000)
         for name in engines
     ]
 
