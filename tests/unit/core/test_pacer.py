@@ -220,6 +220,9 @@ def test_every_stored_field_is_restored() -> None:
         "hold_until": 40.0,
         "recent_kv": [0.5, 0.7],
         "polls_since_trim": 2,
+        "frontier": 130.0,
+        "frontier_turnover": 31.0,
+        "settling": True,
     }
     policy = PacerPolicy()
     policy.load_json(stored)

