@@ -117,12 +117,14 @@ class PacerPolicy:
       nothing while any request waits for capacity.
 
     Why it should beat the reference: it ramps at up to x4 per turnover instead of x1.25 (a
-    pessimistic start costs a few turnovers, not dozens); it runs KV up to ~0.88 instead of
-    holding at the reference's 0.6 soft line, which is closer to the best fixed cap when KV is
-    the limit; the dead band between growth's end and the trim line removes the grow-trim
-    sawtooth; it brakes on signals that come before preemptions (queue rising, prefix
-    evictions, saturation), so cuts are rare; after a cut it stays under the old knee instead
-    of overshooting it again; and one scrape that catches an engine idle cannot double the cap.
+    pessimistic start costs a few turnovers, not dozens); past its cruise line it goes where
+    delivered throughput says, not where a KV line says: the best fixed cap of a workload
+    whose recompute is cheap runs KV full with preemptions, while one whose curve falls past
+    the knee stops the probe early; without that evidence, the dead band between growth's end
+    and the trim line removes the grow-trim sawtooth; it brakes on signals that come before
+    preemptions (queue rising, prefix evictions, saturation), so cuts are rare; after a cut it
+    stays under the old knee instead of overshooting it again; and one scrape that catches an
+    engine idle cannot double the cap.
     """
 
     name: ClassVar[str] = "pacer"
