@@ -55,7 +55,7 @@ class PacerConfig:
     probe_step: float = 0.1  # compare throughput once the pool grew 10 % over the anchor
     flat_gain: float = 0.3  # under 0.3 x the pool's relative rise, throughput is flat
     hold_turnovers: float = 2.0  # after a flat probe, hold this many turnovers
-    frontier_growth: float = 1.2  # past the KV target while the probe pays: +20 % a turnover,
+    frontier_growth: float = 1.15  # past the KV target while the probe pays: +15 % a turnover,
     # over probe_step, so that every epoch of the climb is judged
 
     def __post_init__(self) -> None:
