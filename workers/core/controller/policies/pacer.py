@@ -151,15 +151,9 @@ class PacerPolicy:
         overload = self._overload.update(poll, draining=pool.draining)
         self._judge_epoch(poll, pool)
         self._trim_rest.tick()
-        if (
-            self._knee is not None
-            and pool.turnover - self._knee_turnover > cfg.knee_memory_turnovers
-        ):
+        if self._knee is not None and self._forgotten(self._knee_turnover, pool):
             self._knee = None
-        if (
-            self._frontier is not None
-            and pool.turnover - self._frontier_turnover > cfg.knee_memory_turnovers
-        ):
+        if self._frontier is not None and self._forgotten(self._frontier_turnover, pool):
             self._frontier = None
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
         self._recent_kv.append(poll.max_kv_usage)
@@ -167,9 +161,11 @@ class PacerPolicy:
         self._queue_before = poll.waiting_capacity
         frontier = self._frontier
         self._settling = self._settling and frontier is not None and pool.inflight > frontier
-        if self._excused(pool):
+        excused = self._excused(pool)
+        if excused:
             overload = replace(overload, preempted=False, queue_overload=False)
-        signal, cause = self._classify(overload, poll, queue_rising, pool)
+        kv = self._kv_one_more(pool.inflight, poll.engines)
+        signal, cause = self._classify(overload, poll, queue_rising, pool, kv, excused)
         self._last = (overload, poll, signal, cause)
         growth = 1.0
         if cause is Cause.THROUGHPUT_RISING:
@@ -177,7 +173,7 @@ class PacerPolicy:
         elif signal is Signal.CLEAR:
             self._learn_hit_rate(poll)
             if poll.waiting_capacity == 0:
-                growth = self._growth(self._kv_one_more(pool.inflight, poll.engines))
+                growth = self._growth(kv)
         figures = overload_figures(overload, poll)
         figures.update(self._figures(poll))
         return Reading(signal, cause, growth, figures, self._ceiling())
@@ -200,11 +196,11 @@ class PacerPolicy:
     def _judge_epoch(self, poll: PollSummary, pool: PoolView) -> None:
         """Close the turnover epoch if one ended, and learn from the probe's verdict."""
         probe = self._probe
-        before = probe.anchor
+        before = probe.anchor  # a flat verdict compares the new epoch with this one
         flat = probe.observe(poll, pool.inflight, pool.turnover)
-        if flat and probe.flat_from is not None:
+        if flat and before is not None:
             self._hold_until = pool.turnover + self.config.hold_turnovers
-            self._frontier = probe.flat_from.inflight
+            self._frontier = before.inflight
             self._frontier_turnover = pool.turnover
             self._settling = True
         elif probe.paid and probe.anchor is not None and probe.anchor is not before:
@@ -219,18 +215,28 @@ class PacerPolicy:
             return True
         return self._frontier is not None and pool.level <= self._frontier
 
+    def _forgotten(self, since: float, pool: PoolView) -> bool:
+        """A knee or frontier learned at turnover ``since`` is past the knee memory."""
+        return pool.turnover - since > self.config.knee_memory_turnovers
+
     def _classify(
-        self, overload: Overload, poll: PollSummary, queue_rising: bool, pool: PoolView
+        self,
+        overload: Overload,
+        poll: PollSummary,
+        queue_rising: bool,
+        pool: PoolView,
+        kv: float,
+        excused: bool,
     ) -> tuple[Signal, Cause]:
+        """``kv`` is the recent KV priced with one more episode; ``excused`` as ``_excused``."""
         cfg = self.config
         if overload.hard:
             return Signal.HARD, overload.hard_cause
-        kv = self._kv_one_more(pool.inflight, poll.engines)
         evicting = self._evicting(poll)
         pressed = poll.preemptions > 0 or evicting
         if (pressed or kv >= cfg.cruise_kv_usage) and self._probe.paid:
             return Signal.CLEAR, Cause.THROUGHPUT_RISING
-        if (pressed or kv >= cfg.target_kv_usage) and self._excused(pool):
+        if (pressed or kv >= cfg.target_kv_usage) and excused:
             return Signal.SOFT, Cause.FRONTIER
         if evicting:
             return Signal.SOFT, Cause.PREFIX_EVICTION

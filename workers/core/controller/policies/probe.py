@@ -54,7 +54,6 @@ class ThroughputProbe:
         self._whole = True  # every poll of the epoch so far was whole
         self._anchor: EpochRate | None = None
         self._paid = False
-        self._flat_from: EpochRate | None = None
 
     @property
     def anchor(self) -> EpochRate | None:
@@ -64,11 +63,6 @@ class ThroughputProbe:
     def paid(self) -> bool:
         """The last closed epoch ran a larger pool than the anchor and throughput followed."""
         return self._paid
-
-    @property
-    def flat_from(self) -> EpochRate | None:
-        """After a flat verdict, the smaller epoch that produced as much as the larger one."""
-        return self._flat_from
 
     def observe(self, poll: PollSummary, inflight: int, turnover: float) -> bool:
         """Add one poll; True when the epoch it closes shows a flat response to a larger pool."""
@@ -101,7 +95,6 @@ class ThroughputProbe:
         self._anchor = epoch
         flat = epoch.rate / anchor.rate - 1.0 < self._flat_gain * pool_gain
         self._paid = not flat
-        self._flat_from = anchor if flat else None
         return flat
 
     def _start(self, index: int, at: float) -> None:
