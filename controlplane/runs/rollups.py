@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import NotSupportedError, connection, transaction
 from django.db.models import Exists, Min, OuterRef, Q
 from django.utils import timezone
 
@@ -137,7 +137,7 @@ def compact_run(
     (coarser tiers are summed from it), then delete raw samples retention lets go.
     ``progress`` hears of each chunk written."""
     if connection.vendor != "postgresql":
-        raise NotImplementedError("sample rollups need PostgreSQL")
+        raise NotSupportedError("sample rollups need PostgreSQL")
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.PACER_ROLLUP_LAG_S)
     report = Compacted(run_id)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import NotSupportedError, connections
 from django.db.models import BigIntegerField, Count, F, Func, Max, Min, Q, QuerySet, Sum
 
 from controlplane.runs.models import EngineSample, RollupWatermark, Run, SampleRollup
@@ -49,7 +49,7 @@ class EpochBin(Func):
             # so 12:00:10 is never 12:00:09.99999; CAST truncates, which is floor after 1970.
             sql = f"CAST(ROUND((julianday({at_sql}) - 2440587.5) * 86400.0, 3) / %s AS INTEGER)"
         else:
-            raise NotImplementedError(f"EpochBin has no SQL for {connection.vendor}")
+            raise NotSupportedError(f"EpochBin has no SQL for {connection.vendor}")
         return sql, [*at_params, self.step_s]
 
 

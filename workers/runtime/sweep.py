@@ -33,17 +33,18 @@ def compact_once() -> list[rollups.Compacted]:
     if connection.vendor != "postgresql":
         return []
     deadline = time.monotonic() + settings.PACER_ROLLUP_SWEEP_BUDGET_S
-    done = rollups.compact_all(deadline=deadline)
-    for report in done:
-        if report.deleted or any(report.rows.values()):
-            logger.info(
-                "compaction: run %s, rollup rows %s, raw samples deleted %d%s",
-                report.run_id,
-                report.rows,
-                report.deleted,
-                "" if report.caught_up else " (more next sweep)",
-            )
-    return done
+    return rollups.compact_all(deadline=deadline, on_run=_log_compaction)
+
+
+def _log_compaction(report: rollups.Compacted) -> None:
+    if report.deleted or any(report.rows.values()):
+        logger.info(
+            "compaction: run %s, rollup rows %s, raw samples deleted %d%s",
+            report.run_id,
+            report.rows,
+            report.deleted,
+            "" if report.caught_up else " (more next sweep)",
+        )
 
 
 def sweep_forever() -> None:
