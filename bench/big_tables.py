@@ -3,9 +3,9 @@ downsampled endpoints answer, before and after compaction into rollups.
 
     python -m bench.big_tables [--decisions 1000000] [--engines 16] [--days 36] [--repeats 30]
 
-Fills a database of its own (pacer_bigtables, dropped afterwards) with one run's decisions
-and samples (16 engines polled every 5 s for 36 days is 9.95M rows), made by the database
-itself with generate_series. Times, through Django's test client with token auth as a
+Fills a database of its own (made and dropped by bench.stack.throwaway_database) with one
+run's decisions and samples (16 engines polled every 5 s for 36 days is 9.95M rows), made by
+the database itself with generate_series. Times, through Django's test client with token auth as a
 client sends it: the first page of decisions, a page 900,000 rows deep by its cursor, and
 samples: one engine and all engines over the last 166 h (a week less 2 h: 1,000 points of
 600 s) at 600 s and 3,600 s, and the last 16 h at 60 s (a day at 60 s is 1,441 points, more
@@ -24,13 +24,10 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import psycopg
 
 from bench.override_latency import percentile
+from bench.stack import throwaway_database
 
-DATABASE = "pacer_bigtables"
 POLL_S = 5
 
 
@@ -108,16 +105,9 @@ def main() -> None:
     parser.add_argument("--raw-repeats", type=int, default=3)
     args = parser.parse_args()
     base = os.environ.get("DATABASE_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres")
-    parts = urlsplit(base)
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{DATABASE}"')
-    try:
-        os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{DATABASE}"))
+    with throwaway_database(base) as url:
+        os.environ["DATABASE_URL"] = url
         run_bench(args)
-    finally:
-        with psycopg.connect(base, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
 
 
 def run_bench(args: argparse.Namespace) -> None:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.dispatcher_refill import percentile
 from bench.orchestrator_overhead import NoFiles, clear_sample
 from workers.core.clock import MonotonicClock
 from workers.core.config.run import RunConfig, parse_run_config
@@ -184,7 +185,7 @@ def report(
         if not spent:
             return "none"
         micro = sorted(s * 1e6 for s in spent)
-        p99 = micro[min(len(micro) - 1, int(0.99 * len(micro)))]
+        p99 = percentile(micro, 0.99)
         return f"median {statistics.median(micro):.0f} us, p99 {p99:.0f} us over {len(micro)}"
 
     refill_cpu = sum(timings.calls.get("refill", []))
@@ -196,7 +197,7 @@ def report(
     lag_ms = sorted(lag * 1e3 for lag in lags)
     print(
         f"  event loop lag (100 ms timer): median {statistics.median(lag_ms):.1f} ms, "
-        f"p99 {lag_ms[int(0.99 * len(lag_ms))]:.1f} ms, max {lag_ms[-1]:.1f} ms, "
+        f"p99 {percentile(lag_ms, 0.99):.1f} ms, max {lag_ms[-1]:.1f} ms, "
         f"{sum(lag > 100 for lag in lag_ms)} of {len(lag_ms)} over 100 ms"
     )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
