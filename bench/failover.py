@@ -18,14 +18,13 @@ import os
 import signal
 import socket
 import statistics
-import subprocess
 import time
 
 import httpx
 import psycopg
 
 from bench.override_latency import run_config
-from bench.stack import BIN, pacer_stack, wait_until
+from bench.stack import BIN, answers_ping, pacer_stack, wait_until
 
 
 def leases(database: str) -> dict[int, str]:
@@ -44,11 +43,6 @@ def steps_of(database: str) -> dict[int, list[int]]:
         return found
 
 
-def answers_ping(env: dict[str, str], node: str) -> bool:
-    ping = [str(BIN / "celery"), "-A", "workers.celery", "inspect", "ping", "-d", node, "-t", "2"]
-    return subprocess.run(ping, env=env, capture_output=True).returncode == 0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -61,9 +55,8 @@ def main() -> None:
             "-n", f"second-{queue}@%h", "--concurrency", concurrency, "-l", "WARNING",
         )  # fmt: skip
         first = stack.processes[-2]  # pacer_stack's own worker, started before this one
-        host, tag = socket.gethostname(), queue.removeprefix("pacer-bench-")
-        for node in (f"bench-{tag}@{host}", f"second-{queue}@{host}"):
-            wait_until(lambda n=node: answers_ping(stack.env, n), f"worker {node}", timeout=120)
+        node = f"second-{queue}@{socket.gethostname()}"  # pacer_stack waited for its own
+        wait_until(lambda: answers_ping(stack.env, node), f"worker {node}", timeout=120)
         headers = {"Authorization": f"Token {stack.token}"}
         with httpx.Client(base_url=stack.web_url, headers=headers, timeout=60.0) as api:
             for n in range(args.runs):

@@ -101,6 +101,12 @@ def throwaway_database(url: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def answers_ping(env: dict[str, str], node: str) -> bool:
+    """The Celery worker ``node`` answered a ping: it is consuming its queue."""
+    ping = [str(BIN / "celery"), "-A", "workers.celery", "inspect", "ping", "-d", node, "-t", "2"]
+    return subprocess.run(ping, env=env, capture_output=True).returncode == 0
+
+
 @contextlib.contextmanager
 def pacer_stack(engines: int = 2, worker_concurrency: int = 2, **env: str) -> Iterator[Stack]:
     base = os.environ.get("DATABASE_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres")
@@ -143,6 +149,8 @@ def pacer_stack(engines: int = 2, worker_concurrency: int = 2, **env: str) -> It
             for url in stack.engine_urls:
                 wait_until(lambda u=url: _answers(f"{u}/health"), f"engine {url}")
             wait_until(lambda: _answers(f"{stack.web_url}/api/health/"), "the web server")
+            node = f"bench-{tag}@{socket.gethostname()}"
+            wait_until(lambda: answers_ping(stack.env, node), f"worker {node}", timeout=120)
             yield stack
         finally:
             stack.stop()
