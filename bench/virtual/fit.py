@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bench.virtual.workload import RUN_KEYS
 from workers.core.config.fields import ConfigError, FieldError
 
 SHAPED_ENVS = ("multiturn", "longtail")  # environments that read ``completion_tokens``
-RUN_KEYS = ("batch_size", "group_size", "max_off_policy_steps", "eval_every", "seed")
 ANSWER_SIGMA = 0.5  # the engines' answer spread where the model ends its answer: a guess
 BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 

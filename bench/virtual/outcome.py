@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,18 +72,25 @@ class RunOutcome:
         tail = self.samples[len(self.samples) * 3 // 4 :] or self.samples
         return sum(s.cap for s in tail) / max(1, len(tail))
 
-    def time_to(self, rate: float) -> float | None:
-        """The first time the trailing minute delivered at least ``rate`` tokens/s."""
+    def trailing(self) -> Iterator[tuple[Sample, float, int]]:
+        """Each poll with the span and completed tokens of the trailing ``RATE_WINDOW_S``
+        (shorter at the start of the run)."""
         samples = self.samples
         j = 0
         for sample in samples:
             while samples[j].at < sample.at - RATE_WINDOW_S:
                 j += 1
-            span = sample.at - samples[j].at
-            if span >= RATE_WINDOW_S * 0.99:
-                done = sample.completed_tokens - samples[j].completed_tokens
-                if done / span >= rate:
-                    return sample.at
+            yield (
+                sample,
+                sample.at - samples[j].at,
+                sample.completed_tokens - samples[j].completed_tokens,
+            )
+
+    def time_to(self, rate: float) -> float | None:
+        """The first time the trailing minute delivered at least ``rate`` tokens/s."""
+        for sample, span, done in self.trailing():
+            if span >= RATE_WINDOW_S * 0.99 and done / span >= rate:
+                return sample.at
         return None
 
     def figures(self, oracle: float | None = None) -> dict[str, Any]:

@@ -17,10 +17,10 @@ import matplotlib
 matplotlib.use("Agg")  # off-screen: the report is drawn on machines without a display
 import matplotlib.pyplot as plt
 
-from bench.virtual.outcome import RATE_WINDOW_S, RunOutcome
+from bench.virtual.outcome import RunOutcome
+from bench.virtual.run import ADAPTIVE
 from bench.virtual.suite import Job, Sweep, run_jobs, shipped_workloads, sweep_jobs
 
-POLICIES = ("reference", "pacer", "gradient2")
 EXTRA_STARTS = {"w3_agentic": (1, 1024)}  # the W3 from a start of 1 and of 1,024
 BENCH_DIR = Path(__file__).resolve().parent.parent
 PLOTS_DIR = BENCH_DIR / "report"
@@ -31,9 +31,9 @@ def suite_jobs(workloads: list[str]) -> list[Job]:
     jobs: list[Job] = []
     for workload in workloads:
         jobs += sweep_jobs(workload)
-        jobs += [Job(workload, policy) for policy in POLICIES]
+        jobs += [Job(workload, policy) for policy in ADAPTIVE]
         for start in EXTRA_STARTS.get(Path(workload).stem, ()):
-            jobs += [Job(workload, policy, start=start) for policy in POLICIES]
+            jobs += [Job(workload, policy, start=start) for policy in ADAPTIVE]
     return jobs
 
 
@@ -51,10 +51,7 @@ def build_report(workloads: list[str] | None = None) -> Path:
     for workload in chosen:
         mine = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if j.workload == workload]
         fixed = [(j, o) for j, o in mine if j.policy.startswith("fixed:")]
-        curve = Sweep(
-            tuple(int(j.policy.removeprefix("fixed:")) for j, _ in fixed),
-            tuple(o for _, o in fixed),
-        )
+        curve = Sweep.of([j for j, _ in fixed], [o for _, o in fixed])
         adaptive = [(j, o) for j, o in mine if not j.policy.startswith("fixed:")]
         rows += _rows(curve, adaptive)
         sections.append(_section(workload, curve, adaptive))
@@ -70,7 +67,7 @@ def _rows(curve: Sweep, adaptive: list[tuple[Job, RunOutcome]]) -> list[str]:
     rows = []
     for start in sorted({j.start for j, _ in adaptive}, key=lambda s: -1 if s is None else s):
         cells = []
-        for policy in POLICIES:
+        for policy in ADAPTIVE:
             o = by[(policy, start)]
             cells.append(f"{o.throughput / curve.oracle:.3f}")
         pacer, reference = by[("pacer", start)], by[("reference", start)]
@@ -190,11 +187,4 @@ def _plot(workload: str, curve: Sweep, adaptive: list[tuple[Job, RunOutcome]]) -
 
 
 def _trailing_rate(o: RunOutcome) -> list[float]:
-    rates, j = [], 0
-    samples = o.samples
-    for s in samples:
-        while samples[j].at < s.at - RATE_WINDOW_S:
-            j += 1
-        span = s.at - samples[j].at
-        rates.append((s.completed_tokens - samples[j].completed_tokens) / span if span else 0.0)
-    return rates
+    return [done / span if span else 0.0 for _, span, done in o.trailing()]

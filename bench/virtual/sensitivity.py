@@ -42,9 +42,7 @@ def sensitivity(workload: str) -> str:
     jobs += [Job(workload, "pacer", pacer=((name, value),)) for name, value in tweaks]
     outcomes = run_jobs(jobs)
     fixed = len(jobs) - len(tweaks) - 1
-    curve = Sweep(
-        tuple(int(j.policy.removeprefix("fixed:")) for j in jobs[:fixed]), tuple(outcomes[:fixed])
-    )
+    curve = Sweep.of(jobs[:fixed], outcomes[:fixed])
     base = outcomes[fixed].throughput / curve.oracle
     lines = [
         f"Default pacer: {base:.3f} of the oracle ({curve.oracle:,.0f} tok/s, cap "

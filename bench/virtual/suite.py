@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +80,12 @@ class Sweep:
     caps: tuple[int, ...]
     outcomes: tuple[RunOutcome, ...]
 
+    @classmethod
+    def of(cls, jobs: Sequence[Job], outcomes: Sequence[RunOutcome]) -> Sweep:
+        """The curve of fixed-cap jobs (``fixed:N``) and their outcomes, in the same order."""
+        caps = tuple(int(job.policy.removeprefix("fixed:")) for job in jobs)
+        return cls(caps, tuple(outcomes))
+
     @property
     def best(self) -> RunOutcome:
         return max(self.outcomes, key=lambda o: o.throughput)
@@ -118,7 +124,7 @@ class Sweep:
 def sweep(workload: str, *, workers: int = WORKERS) -> Sweep:
     jobs = sweep_jobs(workload)
     outcomes = run_jobs(jobs, workers=workers)
-    return Sweep(tuple(int(j.policy.removeprefix("fixed:")) for j in jobs), tuple(outcomes))
+    return Sweep.of(jobs, outcomes)
 
 
 def shipped_workloads() -> list[str]:
