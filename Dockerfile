@@ -15,6 +15,7 @@ COPY workers ./workers
 COPY inference ./inference
 COPY pacer_cli ./pacer_cli
 COPY configs ./configs
+COPY templates ./templates
 COPY manage.py ./
 COPY --from=assets /assets/node_modules/uplot/dist/uPlot.iife.min.js /assets/node_modules/uplot/dist/uPlot.min.css ./controlplane/dashboard/static/dashboard/vendor/uplot/
 # The CPU build of torch first, so the project install finds it satisfied.

@@ -72,7 +72,8 @@ ASGI_APPLICATION = "controlplane.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # The site-wide templates (base page, sign-in, error pages); each app keeps its own.
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -27,7 +27,7 @@ VIEWER_REASON = (
 class SignIn(auth_views.LoginView):
     """The dashboard's own sign-in page (the admin's is for staff accounts only)."""
 
-    template_name = "dashboard/signin.html"
+    template_name = "signin.html"
     redirect_authenticated_user = True
 
 

@@ -58,6 +58,14 @@ def test_signing_in_with_the_form_lands_on_the_runs_list(client: Client) -> None
     assert client.get("/").status_code == 302
 
 
+def test_a_page_that_does_not_exist_is_the_sites_own_404_page(client: Client) -> None:
+    page = client.get("/no/such/page/")
+    assert page.status_code == 404
+    text = page.content.decode()
+    assert 'class="brand"' in text and "No such page" in text  # the site's base page
+    assert client.get("/api/no/such/").json() == {"detail": "not found"}
+
+
 def test_the_runs_list_shows_each_runs_figures_and_the_new_run_button_to_operators() -> None:
     run = Run.objects.create(
         name="gsm8k-rollouts",
