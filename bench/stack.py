@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -121,6 +122,7 @@ def pacer_stack(engines: int = 2, worker_concurrency: int = 2, **env: str) -> It
                 "PACER_CHANNELS_PREFIX": f"pacer-bench-{tag}",
                 "PACER_RUNS_DIR": str(Path(folder) / "runs"),
                 "PACER_LOG_LEVEL": "WARNING",
+                "SECRET_KEY": secrets.token_urlsafe(50),  # DEBUG is off: the server needs one
                 **env,
             },
         )

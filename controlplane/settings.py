@@ -1,8 +1,8 @@
 """Django settings for Pacer, read from the environment.
 
-Zero-setup defaults (a SQLite file, Redis on localhost, DEBUG on) let the quick start run on a
-laptop; production and the test suite set ``DATABASE_URL`` to PostgreSQL. Core tuning defaults
-live in the core's own config dataclasses, not here.
+Zero-setup defaults (a SQLite file, Redis on localhost) let the quick start run on a laptop;
+production and the test suite set ``DATABASE_URL`` to PostgreSQL. Core tuning defaults live
+in the core's own config dataclasses, not here.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
-from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.env import env_bool, env_list, env_str
 
@@ -21,13 +20,18 @@ VAR_DIR = Path(env_str("PACER_VAR_DIR", str(BASE_DIR / "var")))
 # config names a folder: the one place web and workers on several machines must share.
 PACER_RUNS_DIR = Path(env_str("PACER_RUNS_DIR", str(VAR_DIR / "runs")))
 
-DEBUG = env_bool("DEBUG", True)
-# Without SECRET_KEY a random one is made per process: sessions do not survive a restart,
-# which is right for a quick start (DEBUG on); with DEBUG off, a key must be given.
-SECRET_KEY = env_str("SECRET_KEY", "")
-if not SECRET_KEY and not DEBUG:
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is false")
-SECRET_KEY = SECRET_KEY or secrets.token_urlsafe(50)
+# Off unless asked for: a debug page shows any signed-in user the code, the settings and the
+# URLconf. scripts/run turns it on for itself only when it serves on loopback.
+DEBUG = env_bool("DEBUG", False)
+# Sessions and CSRF tokens are signed with SECRET_KEY. Without one, a random key is made per
+# process: right for commands (which sign nothing) and a quick look, but each restart of a web
+# server then signs everyone out, and two web processes cannot read each other's sessions, so
+# `manage.py check --deploy` refuses it (controlplane.deploy_checks).
+PACER_SECRET_KEY_GIVEN = bool(env_str("SECRET_KEY", ""))
+SECRET_KEY = env_str("SECRET_KEY", "") or secrets.token_urlsafe(50)
+# Error reports (the debug page, error mails) hide credentials inside URLs too: REDIS_URL and
+# the broker's URL hold Redis' password, and no setting name says so.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "controlplane.error_reports.CredentialsFilter"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -199,6 +199,7 @@ def daphne_server(folder: Path, queue: str, runs_dir: Path) -> Iterator[LiveServ
         "PACER_CELERY_QUEUE": queue,
         "PACER_RUNS_DIR": str(runs_dir),
         "PACER_THROTTLE_PREFIX": f"pacer-test-{uuid.uuid4().hex}",
+        "DEBUG": "true",  # as scripts/run serves on loopback
     }
     with log_path.open("wb") as log:
         process = subprocess.Popen(
