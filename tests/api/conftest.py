@@ -20,7 +20,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from controlplane.runs.models import Decision, Run, RunState
+from controlplane.runs.models import Decision, Run, RunState, StepRecord
 from controlplane.runs.roles import grant
 from tests.conftest import REPO_ROOT, VENV_BIN, free_port, stop_process_group
 from tests.integration.hosting import (
@@ -133,6 +133,15 @@ def make_decisions(run: Run, count: int, *, start: datetime = T0, kind: str = "g
         for i in range(count)
     ]
     return Decision.objects.bulk_create(rows)
+
+
+def make_step(run: Run, step: int, version: int = 0) -> StepRecord:
+    return StepRecord.objects.create(
+        run=run, step=step, started_at=T0, written_at=T0 + timedelta(seconds=step),
+        seconds=1.5, policy_version=version, episodes=16, tokens=1000, reward_mean=0.25,
+        reward_std=0.1, generated_tokens=900, finished_train=16, finished_eval=0, failed=0,
+        cancelled=0, dropped_groups=0, cap=64, inflight=60, path=f"/tmp/steps/{step:06d}",
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from controlplane.runs.api import export
 from controlplane.runs.models import EngineSample, EvalRecord, Override, Run, StepRecord
-from tests.api.conftest import T0, make_decisions, make_run
+from tests.api.conftest import T0, make_decisions, make_run, make_step
 
 pytestmark = pytest.mark.django_db
 
@@ -178,18 +178,9 @@ def test_a_week_of_5_s_polls_comes_back_in_one_page_of_nice_bins(
     assert backwards.status_code == 400 and "until" in backwards.json()["errors"]
 
 
-def _step(run: Run, step: int, version: int = 0) -> StepRecord:
-    return StepRecord.objects.create(
-        run=run, step=step, started_at=T0, written_at=T0 + timedelta(seconds=step),
-        seconds=1.5, policy_version=version, episodes=16, tokens=1000, reward_mean=0.25,
-        reward_std=0.1, generated_tokens=900, finished_train=16, finished_eval=0, failed=0,
-        cancelled=0, dropped_groups=0, cap=64, inflight=60, path=f"/tmp/steps/{step:06d}",
-    )  # fmt: skip
-
-
 def test_steps_are_listed_by_step(viewer_client: APIClient, run: Run) -> None:
     for step in (2, 1, 3):
-        _step(run, step)
+        make_step(run, step)
     rows = viewer_client.get(f"/api/runs/{run.pk}/steps/").json()["results"]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[0]["path"] == "/tmp/steps/000001" and rows[0]["acked_at"] is None
@@ -199,7 +190,7 @@ def test_an_ack_is_idempotent_and_refused_for_unwritten_steps_or_another_version
     operator_client: APIClient, private_queue: str
 ) -> None:
     run = make_run(config={"name": "r", "trainer": {"mode": "external"}})
-    _step(run, 1, version=0)
+    make_step(run, 1, version=0)
     url = f"/api/runs/{run.pk}/steps/1/ack/"
     first = operator_client.post(url, {"policy_version": 1})
     assert first.status_code == 200
@@ -222,7 +213,7 @@ def test_an_ack_is_idempotent_and_refused_for_unwritten_steps_or_another_version
 
 
 def test_an_ack_for_a_run_that_waits_for_none_is_409(operator_client: APIClient, run: Run) -> None:
-    _step(run, 1)
+    make_step(run, 1)
     response = operator_client.post(f"/api/runs/{run.pk}/steps/1/ack/", {"policy_version": 1})
     assert response.status_code == 409 and "trainer mode 'none'" in response.json()["detail"]
 
@@ -268,7 +259,7 @@ def test_steps_and_decisions_export_as_streamed_json(
 ) -> None:
     monkeypatch.setattr(export, "EXPORT_CHUNK_ROWS", 2)
     for step in (1, 2, 3):
-        _step(run, step)
+        make_step(run, step)
     steps = json.loads(_body(viewer_client.get(f"/api/runs/{run.pk}/export/steps/")))
     assert [s["step"] for s in steps] == [1, 2, 3]
     assert steps[0]["run"] == run.pk and steps[0]["written_at"] == "2026-11-30T12:00:01+00:00"

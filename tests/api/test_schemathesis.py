@@ -28,6 +28,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from controlplane.runs.api.throttles import CommandRateThrottle
 from controlplane.runs.models import Engine, Override, RunState
 from tests.api.conftest import Account, make_decisions, make_run
+from tests.api.test_bad_input import EDGE_OF_TIME, HUGE, crafted
 
 pytestmark = pytest.mark.django_db
 EXAMPLES = 40  # per operation: about 1,000 requests in all
@@ -73,6 +74,38 @@ def test_the_api_keeps_to_its_schema(api_schema: Any, operator: Account) -> None
     )
     distinct = sorted({f.split("\n\n", 1)[0] + " | " + _first_check(f) for f in failures})
     assert not failures, f"{len(failures)} failures, distinct:\n" + "\n".join(distinct)
+
+
+# Inputs that once answered 500, sent as they are besides the generated ones: (path, method,
+# the case's parts, the status expected).
+RUN = {"run_id": 1}
+KNOWN_BAD = [
+    ("/api/runs/", "POST", {"body": f"name = 'x'\nbatch_size = {HUGE}\n"}, 400),
+    ("/api/runs/", "GET", {"query": {"page_size": HUGE}}, 400),
+    ("/api/runs/", "GET", {"query": {"cursor": crafted("p=abc")}}, 404),
+    ("/api/runs/", "GET", {"query": {"created_after": EDGE_OF_TIME}}, 400),
+    ("/api/runs/{run_id}/steps/", "GET", {"query": {"cursor": crafted("p=abc")}}, 404),
+    ("/api/runs/{run_id}/decisions/", "GET", {"query": {"cursor": crafted("p=abc")}}, 404),
+    ("/api/runs/{run_id}/overrides/", "GET", {"query": {"cursor": crafted("p=abc")}}, 404),
+    ("/api/runs/{run_id}/decisions/", "GET", {"query": {"since": EDGE_OF_TIME}}, 400),
+    ("/api/runs/{run_id}/samples/", "GET", {"query": {"since": EDGE_OF_TIME}}, 400),
+]
+
+
+def test_inputs_that_once_answered_500_keep_to_the_schema(
+    api_schema: Any, operator: Account
+) -> None:
+    headers = {"Authorization": f"Token {operator.token}"}
+    for path, method, parts, expected in KNOWN_BAD:
+        operation = api_schema[path][method]
+        media = {"media_type": "application/toml"} if "body" in parts else {}
+        params = {"path_parameters": RUN} if "{run_id}" in path else {}
+        case = operation.Case(**params, **media, **parts)
+        response = case.call_and_validate(
+            headers=headers, excluded_checks=[positive_data_acceptance]
+        )
+        assert response.status_code == expected, (path, parts, response.text)
+        assert isinstance(response.json()["detail"], str)
 
 
 def _fuzz(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.utils.dateparse import parse_datetime
@@ -70,7 +70,12 @@ class DecisionFilters(serializers.Serializer):
             moment = None
         if moment is None:
             raise serializers.ValidationError("must be an ISO 8601 time or a decision id")
-        return make_aware(moment) if is_naive(moment) else moment
+        moment = make_aware(moment) if is_naive(moment) else moment
+        try:
+            moment.astimezone(UTC)  # what the database compares it as
+        except OverflowError:
+            raise serializers.ValidationError("is outside the years 1 to 9999 in UTC") from None
+        return moment
 
 
 class SampleFilters(serializers.Serializer):

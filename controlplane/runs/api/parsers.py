@@ -7,6 +7,7 @@ larger body before it is read, and this bounds the read whatever the stream hold
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
 from collections.abc import Mapping
 from typing import IO, Any
@@ -47,7 +48,7 @@ class BoundedJSONParser(BaseParser):
         text = _text(read_bounded(stream), "JSON")
         try:
             # Python's json reads NaN and Infinity, which no JSON client means to send.
-            return json.loads(text, parse_constant=_refuse_constant)
+            return json.loads(text, parse_constant=_refuse_constant, parse_int=_whole_number)
         except ValueError as bad:
             raise ParseError(f"the JSON does not parse: {bad}") from None
         except RecursionError:
@@ -68,9 +69,23 @@ class TOMLParser(BaseParser):
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as bad:
             raise ParseError(f"the TOML does not parse: {bad}") from None
+        except ValueError:  # tomllib's one unwrapped ValueError: int() of too many digits
+            raise ParseError(f"the TOML does not parse: {_too_many_digits()}") from None
         except RecursionError:
             raise ParseError("the TOML nests too deep to be a config") from None
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _whole_number(digits: str) -> int:
+    """An integer as json reads it, with a message of Pacer's own for one too long to read."""
+    if len(digits.lstrip("-")) > sys.get_int_max_str_digits():
+        raise ValueError(_too_many_digits())
+    return int(digits)
+
+
+def _too_many_digits() -> str:
+    """Python reads no integer of more digits than this (a guard against quadratic time)."""
+    return f"a number has more than {sys.get_int_max_str_digits()} digits"
