@@ -19,6 +19,7 @@ from controlplane.runs.models import Engine
 NOT_FOUND = {404: OpenApiResponse(ErrorSerializer, "no such engine")}
 INVALID = {
     400: OpenApiResponse(ErrorSerializer, "field errors"),
+    411: OpenApiResponse(ErrorSerializer, "a body sent in chunks, with no Content-Length"),
     413: OpenApiResponse(ErrorSerializer, "body too large"),
 }
 

@@ -3,7 +3,9 @@
 same way whatever refused them; 429s add ``retry_after_s``.
 
 Also the body limit: a request declaring more than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes is
-answered 413 by the middleware before anything reads it.
+answered 413 by the middleware before anything reads it, and one sent in chunks (no
+Content-Length) 411: DRF reads a body only as long as Content-Length says, so a chunked one
+would be taken as empty and answered as if the client had sent nothing.
 """
 
 from __future__ import annotations
@@ -78,12 +80,19 @@ def exception_handler(error: Exception, context: dict[str, Any]) -> Response | N
 
 
 class BodySizeLimitMiddleware:
-    """413 with a JSON error for a body declared larger than the limit, before it is read."""
+    """413 with a JSON error for a body declared larger than the limit, before it is read;
+    411 for a body of no declared length."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "HTTP_TRANSFER_ENCODING" in request.META and not request.META.get("CONTENT_LENGTH"):
+            response = JsonResponse(
+                {"detail": "send the body with a Content-Length, not in chunks"}, status=411
+            )
+            response["Connection"] = "close"
+            return response
         declared = request.META.get("CONTENT_LENGTH") or "0"
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         try:

@@ -40,6 +40,7 @@ READ_ERRORS = {**ERRORS, 404: OpenApiResponse(ErrorSerializer, "no such run")}
 WRITE_ERRORS = {
     **READ_ERRORS,
     400: OpenApiResponse(ErrorSerializer, "field errors"),
+    411: OpenApiResponse(ErrorSerializer, "a body sent in chunks, with no Content-Length"),
     413: OpenApiResponse(ErrorSerializer, "body too large"),
 }
 COMMAND_ERRORS = {
