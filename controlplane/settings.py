@@ -136,15 +136,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # what would tie a web process up. Larger bodies are answered 413 (Django's default is 2.5 MB).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
-CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    # Rate limits must be counted across every web process, so they live in Redis.
-    "throttle": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
-        "KEY_PREFIX": env_str("PACER_THROTTLE_PREFIX", "pacer-throttle"),
-    },
-}
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# Rate limits are counted across every web process, in Redis (controlplane.rate_limits),
+# under this prefix.
+PACER_THROTTLE_PREFIX = env_str("PACER_THROTTLE_PREFIX", "pacer-throttle")
 
 # Operator commands (override, stop, pause, resume) per user. A person steering by hand sends a
 # few a minute and the controller acts on one poll every few seconds; one a second on average

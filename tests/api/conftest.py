@@ -61,9 +61,7 @@ def make_account(username: str, role: str | None, *, superuser: bool = False) ->
 def throttle_store(settings: Any) -> None:
     """Rate-limit counts under a prefix of this test's own: user ids restart with every test
     database, and a count left in the shared Redis by an earlier run must not leak in."""
-    caches = dict(settings.CACHES)
-    caches["throttle"] = {**caches["throttle"], "KEY_PREFIX": f"pacer-test-{uuid.uuid4().hex}"}
-    settings.CACHES = caches
+    settings.PACER_THROTTLE_PREFIX = f"pacer-test-{uuid.uuid4().hex}"
 
 
 @pytest.fixture
@@ -197,11 +195,13 @@ class LiveServer:
 
 
 @contextlib.contextmanager
-def daphne_server(folder: Path, queue: str, runs_dir: Path) -> Iterator[LiveServer]:
+def daphne_server(
+    folder: Path, queue: str, runs_dir: Path, **env_overrides: str
+) -> Iterator[LiveServer]:
     """The real ASGI server (HTTP and websockets) on the test database, sending run tasks to
-    ``queue``."""
+    ``queue``; ``env_overrides`` (a rate, a Redis of the test's own) win over the defaults."""
     port = free_port()
-    log_path = folder / "daphne.log"
+    log_path = folder / f"daphne-{port}.log"
     env = {
         **os.environ,
         "DATABASE_URL": session_database_url(),
@@ -209,6 +209,7 @@ def daphne_server(folder: Path, queue: str, runs_dir: Path) -> Iterator[LiveServ
         "PACER_RUNS_DIR": str(runs_dir),
         "PACER_THROTTLE_PREFIX": f"pacer-test-{uuid.uuid4().hex}",
         "DEBUG": "true",  # as scripts/run serves on loopback
+        **env_overrides,
     }
     with log_path.open("wb") as log:
         process = subprocess.Popen(

@@ -49,10 +49,7 @@ def test_a_deployment_without_a_secret_key_of_its_own_fails_the_deploy_check() -
 def test_a_debug_page_shows_no_password_of_any_setting_or_variable(settings: Any) -> None:
     settings.DEBUG = True
     settings.REDIS_URL = settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = URL
-    settings.CACHES = {
-        **settings.CACHES,
-        "throttle": {**settings.CACHES["throttle"], "LOCATION": URL},
-    }
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": URL}}
     layer = settings.CHANNEL_LAYERS["default"]
     settings.CHANNEL_LAYERS = {"default": {**layer, "CONFIG": {**layer["CONFIG"], "hosts": [URL]}}}
     page = Client(raise_request_exception=False).get(
