@@ -5,16 +5,23 @@ than the window, counts the rest and adds the new one only while they are under 
 atomically, so forty requests at once across two web processes let exactly the limit through
 (a read, then a write, as DRF's cache throttle does, let twice as many through). Times come
 from Redis' own clock, which every web process shares.
+
+While Redis cannot be reached nothing is counted: the request goes through and the log says
+so. A rate limit guards against floods; refusing every command during an outage (each one a
+500, as the cache throttle answered) would turn it into one.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import uuid
 from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 # A count must not hold a request up: Redis answers in about a millisecond, and one that does
 # not within this is treated as away.
@@ -49,7 +56,11 @@ def acquire(name: str, limit: int, window_s: float) -> Admission:
     """Count a hit of ``name`` if fewer than ``limit`` were counted in the last ``window_s``."""
     key = f"{settings.PACER_THROTTLE_PREFIX}:{name}"
     member = uuid.uuid4().hex
-    answer = _script(settings.REDIS_URL)(keys=[key], args=[limit, int(window_s * 1000), member])
+    try:
+        answer = _script(settings.REDIS_URL)(keys=[key], args=[limit, int(window_s * 1000), member])
+    except redis.RedisError as failed:
+        logger.warning("rate limit %s: could not count (%s); letting it through", key, failed)
+        return Admission(True, 0.0)
     if int(answer) < 0:
         return Admission(True, 0.0)
     return Admission(False, max(int(answer), 1) / 1000)

@@ -1,5 +1,6 @@
 """The rate limit on operator commands as the served stack keeps it: one count in Redis for
-every web process, exact however many commands arrive at once."""
+every web process, exact however many commands arrive at once, and a command let through
+(and said so in the log) while Redis cannot count it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import httpx
 import pytest
 
 from controlplane.runs.models import Override, Run, RunState
-from tests.api.conftest import daphne_server, make_account, make_run
+from tests.api.conftest import LiveServer, daphne_server, make_account, make_run
+from tests.conftest import free_port
+from tests.faults.conftest import OwnRedis
+from tests.integration.hosting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -54,3 +58,37 @@ def test_forty_commands_at_once_across_two_web_processes_let_exactly_ten_through
             answers = Counter(pool.map(send, range(SENT)))
     assert answers == {202: LIMIT, 429: SENT - LIMIT}, answers
     assert Override.objects.filter(run=run).count() == LIMIT
+
+
+def test_commands_go_through_while_redis_cannot_count_them(
+    tmp_path: Path, module_queue: str
+) -> None:
+    token = make_account("olga", "operator").token
+    run = queued_run()
+    redis_server = OwnRedis(free_port(), tmp_path)
+    redis_server.start()
+    try:
+        with daphne_server(
+            tmp_path, module_queue, tmp_path / "runs", REDIS_URL=redis_server.url
+        ) as server:
+            redis_server.stop()
+            api = httpx.Client(
+                base_url=server.url, headers={"Authorization": f"Token {token}"}, timeout=30
+            )
+            pin = {"mode": "pin", "cap": 8, "ttl_s": 60, "reason": "during the outage"}
+            pinned = api.post(f"/api/runs/{run.pk}/override/", json=pin)
+            paused = api.post(f"/api/runs/{run.pk}/pause/", json={"reason": "outage"})
+            log = wait_for(lambda: _counted_nothing(server), 10, "the log line")
+    finally:
+        redis_server.stop()
+    assert pinned.status_code == 202, pinned.text
+    assert paused.status_code == 202, paused.text
+    assert Override.objects.filter(run=run).count() == 2
+    run.refresh_from_db()
+    assert run.state == RunState.PAUSED
+    assert "could not count" in log
+
+
+def _counted_nothing(server: LiveServer) -> str | None:
+    log = server.log()
+    return log if "could not count" in log else None
