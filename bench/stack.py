@@ -1,7 +1,8 @@
-"""A whole Pacer stack in processes, for benchmarks: a throwaway PostgreSQL database, the web
-server (daphne), a Celery worker and simulated engines, each in a process group of its own,
-all sharing a private Celery queue and Channels prefix so nothing else on the same Redis
-takes their tasks or hears their events. Everything started is stopped and dropped on exit."""
+"""A whole Pacer stack in processes, for benchmarks: a throwaway PostgreSQL database (or, as
+the quick start has it, a SQLite file), the web server (daphne), a Celery worker and simulated
+engines, each in a process group of its own, all sharing a private Celery queue and Channels
+prefix so nothing else on the same Redis takes their tasks or hears their events. Everything
+started is stopped and dropped on exit."""
 
 from __future__ import annotations
 
@@ -109,15 +110,31 @@ def answers_ping(env: dict[str, str], node: str) -> bool:
 
 
 @contextlib.contextmanager
-def pacer_stack(engines: int = 2, worker_concurrency: int = 2, **env: str) -> Iterator[Stack]:
+def stack_database(kind: str, folder: Path) -> Iterator[str]:
+    """The URL of an empty database for one stack: ``postgresql`` on the server of
+    DATABASE_URL (dropped afterwards), or ``sqlite``, a file in ``folder``."""
+    if kind == "sqlite":
+        yield f"sqlite:///{folder / 'pacer.sqlite3'}"
+        return
     base = os.environ.get("DATABASE_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres")
+    with throwaway_database(base) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def pacer_stack(
+    engines: int = 2, worker_concurrency: int = 2, database: str = "postgresql", **env: str
+) -> Iterator[Stack]:
     tag = uuid.uuid4().hex[:8]
-    with throwaway_database(base) as database, tempfile.TemporaryDirectory() as folder:
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        stack_database(database, Path(folder)) as database_url,
+    ):
         stack = Stack(
             Path(folder),
             {
                 **os.environ,
-                "DATABASE_URL": database,
+                "DATABASE_URL": database_url,
                 "PACER_CELERY_QUEUE": f"pacer-bench-{tag}",
                 "PACER_CHANNELS_PREFIX": f"pacer-bench-{tag}",
                 "PACER_RUNS_DIR": str(Path(folder) / "runs"),

@@ -95,6 +95,28 @@ DATABASES = {
         conn_max_age=0,  # Django's advice under ASGI: persistent connections leak there
     )
 }
+# SQLite, the quick start's database, is shared by the web process and every worker: without
+# this a write that meets another one fails at once with "database is locked" (a 500).
+# How long a transaction waits for another's write lock before it fails: far longer than any
+# write Pacer makes (a poll's rows take ~10 ms; the compactions that take seconds run on
+# PostgreSQL only), and within a client's patience.
+PACER_SQLITE_BUSY_TIMEOUT_S = float(env_str("PACER_SQLITE_BUSY_TIMEOUT_S", "20"))
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # A transaction takes the write lock when it begins, and so waits its turn: one that
+        # began reading and then writes would meet SQLITE_BUSY at once, whatever the timeout.
+        "transaction_mode": "IMMEDIATE",
+        "timeout": PACER_SQLITE_BUSY_TIMEOUT_S,
+        # Readers and the writer do not block each other in WAL; NORMAL syncs at checkpoints,
+        # which in WAL may lose the last commits on a power cut but never corrupts the file.
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+    }
+    # Tests on SQLite share their database with the servers and workers they start, so it is
+    # a file (Django's default for tests is one in memory, seen by one process only).
+    database_file = Path(DATABASES["default"]["NAME"])
+    DATABASES["default"]["TEST"] = {
+        "NAME": str(database_file.with_name(f"test_{database_file.name}"))
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CHANNEL_LAYERS = {

@@ -31,6 +31,19 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On SQLite (``DATABASE_URL=sqlite:///...``, as scripts/test's second pass sets it), only
+    the tests marked ``sqlite`` run: the rest rely on PostgreSQL (rollups, proxies in front of
+    the database server, SKIP LOCKED)."""
+    from django.conf import settings
+
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
+        return
+    kept = [item for item in items if item.get_closest_marker("sqlite")]
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -12,7 +12,7 @@ from controlplane.runs.models import Run, RunState
 from controlplane.runs.services import override_create
 from tests.browser.conftest import PASSWORD, VIEWER, Stack, screenshot, signed_in_page
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.sqlite]
 
 
 def test_sign_in_refuses_a_wrong_password_then_signs_in_and_out(

@@ -19,7 +19,7 @@ from controlplane.runs.services import override_create, run_create
 from tests.browser.conftest import OPERATOR, Stack, screenshot
 from tests.integration.hosting import run_document, wait_for
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.sqlite]
 
 POLL_S = 0.5
 LATENCY_CLICKS = 20

@@ -81,12 +81,15 @@ def _healthy(engine: SimEngine) -> bool:
 
 def session_database_url(port: int | None = None) -> str:
     """The URL of the database pytest-django made for this session, for worker processes;
-    through ``port`` on the same host instead of the server's own (a proxy), if given."""
-    assert connection.vendor == "postgresql", (
-        "worker processes need a database server: run under ./scripts/test, which sets "
-        "DATABASE_URL to PostgreSQL"
-    )
+    through ``port`` on the same host instead of the server's own (a proxy), if given. On
+    SQLite (the tests marked ``sqlite``), the test database's file, which they share."""
     s = connection.settings_dict
+    if connection.vendor == "sqlite" and port is None:
+        return f"sqlite:///{s['NAME']}"
+    assert connection.vendor == "postgresql", (
+        "worker processes need a database server or a SQLite file, and a proxy in front of "
+        "the database a server: run under ./scripts/test, which sets DATABASE_URL to PostgreSQL"
+    )
     return f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{port or s['PORT']}/{s['NAME']}"
 
 

@@ -39,7 +39,7 @@ from tests.integration.hosting import (
 from workers.celery import app
 from workers.tasks import run_execute
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.sqlite, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(scope="module")
