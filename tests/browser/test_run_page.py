@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from controlplane.runs.models import Decision, Run
 from controlplane.runs.services import override_create, run_create
@@ -169,6 +169,51 @@ def test_click_to_decision_latency_over_twenty_clicks(
     )
     assert page.locator('#timeline tr[data-kind="set"]').count() >= LATENCY_CLICKS
     assert click_median < 3000  # the worker wakes on pub/sub, not on its next recheck
+
+
+# What answers in the API's place when something in front of it or under it fails: Django's
+# debug page (a 500 with DEBUG on, as the quick start has it) and a proxy's error page.
+DEBUG_PAGE = (
+    "<!DOCTYPE html><html><head><title>OperationalError at /api/runs/1/override/</title>"
+    "</head><body><h1>OperationalError</h1><pre>database is locked</pre>"
+    + "<p>Traceback (most recent call last)</p>" * 200
+    + "</body></html>"
+)
+PROXY_PAGE = "<html><body><center><h1>502 Bad Gateway</h1></center><hr>nginx</body></html>"
+
+
+def answering(status: int, body: str) -> Callable[[Route], None]:
+    """A route handler that answers in the server's place with an HTML page."""
+    return lambda route: route.fulfill(status=status, content_type="text/html", body=body)
+
+
+def test_an_answer_that_is_not_the_apis_is_one_sentence_and_the_panel_stays_usable(
+    operator_page: Page, stack: Stack, live_run: Run
+) -> None:
+    page = operator_page
+    open_run(page, stack, live_run)
+    override = f"**/api/runs/{live_run.pk}/override/"
+    error = page.locator("#ov-error")
+    for status, body in ((500, DEBUG_PAGE), (502, PROXY_PAGE)):
+        page.route(override, answering(status, body))
+        page.fill("#ov-reason", "behind a proxy")
+        page.fill("#ov-cap", "12")
+        page.click("#cmd-pin")
+        expect(error).to_be_visible()
+        expect(error).to_contain_text(f"Pin not applied: the server answered {status}")
+        text = error.text_content() or ""
+        assert "<" not in text and "database is locked" not in text and "nginx" not in text
+        assert len(text) < 200, text
+        expect(page.locator("#cmd-pin")).to_be_enabled()
+        page.unroute(override)
+    page.route(override, lambda route: route.abort())
+    page.click("#cmd-set")
+    expect(error).to_have_text("Set once not applied: the server could not be reached.")
+    page.unroute(override)
+    path = screenshot(page, "run-detail-proxy-error")
+    print(f"\nscreenshot of the panel after a proxy's error: {path}")
+    command(page, "set", cap=12, reason="through again")  # the panel still sends and hears
+    expect(error).to_be_hidden()
 
 
 def test_a_viewer_sees_the_panel_disabled_and_cannot_override(

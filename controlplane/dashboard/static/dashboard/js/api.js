@@ -1,5 +1,7 @@
 // The REST API as the dashboard's pages call it: the session cookie signs requests in, and
-// every write carries Django's CSRF token. Errors keep the API's body ({detail, errors}).
+// every write carries Django's CSRF token. Errors keep the API's body ({detail, errors}); an
+// answer that is not the API's JSON (a proxy's error page, a debug page) is never shown,
+// only what answered and how, and a server that cannot be reached is said so.
 
 export class ApiError extends Error {
   constructor(status, body) {
@@ -16,23 +18,32 @@ export function csrfToken() {
 
 async function answer(response) {
   const text = await response.text();
-  let body = null;
+  let body;
   try {
     body = text ? JSON.parse(text) : null;
   } catch {
-    body = { detail: text.slice(0, 300) };
+    const status = [response.status, response.statusText].filter(Boolean).join(" ");
+    throw new ApiError(response.status, { detail: `the server answered ${status}, not with the API's answer` });
   }
   if (!response.ok) throw new ApiError(response.status, body);
   return body;
 }
 
+async function send(url, options) {
+  try {
+    return await fetch(url, options);
+  } catch {
+    throw new ApiError(0, { detail: "the server could not be reached" });
+  }
+}
+
 export async function getJSON(url) {
-  const response = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+  const response = await send(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
   return answer(response);
 }
 
 export async function post(url, body, contentType = "application/json") {
-  const response = await fetch(url, {
+  const response = await send(url, {
     method: "POST",
     credentials: "same-origin",
     headers: { "Content-Type": contentType, Accept: "application/json", "X-CSRFToken": csrfToken() },

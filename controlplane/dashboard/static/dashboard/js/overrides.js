@@ -65,7 +65,7 @@ export class OverridePanel {
     } catch (error) {
       button.disabled = false;
       button.classList.remove("pending");
-      return this.fail(describeError(error));
+      return this.fail(`${button.textContent.trim()} not applied: ${describeError(error)}.`);
     }
     const entry = document.createElement("li");
     entry.dataset.override = override.id;
