@@ -32,12 +32,10 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On SQLite (``DATABASE_URL=sqlite:///...``, as scripts/test's second pass sets it), only
-    the tests marked ``sqlite`` run: the rest rely on PostgreSQL (rollups, proxies in front of
-    the database server, SKIP LOCKED)."""
-    from django.conf import settings
-
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
+    """scripts/test's second pass (``PACER_SQLITE_PASS=1``, on a SQLite file) runs only the
+    tests marked ``sqlite``: the others ran in the first pass, and many rely on PostgreSQL
+    (rollups, proxies in front of the database server, SKIP LOCKED)."""
+    if os.environ.get("PACER_SQLITE_PASS") != "1":
         return
     kept = [item for item in items if item.get_closest_marker("sqlite")]
     config.hook.pytest_deselected(items=[item for item in items if item not in kept])
