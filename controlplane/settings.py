@@ -226,6 +226,10 @@ PACER_ROLLUP_SWEEP_BUDGET_S = 2.0
 # /metrics reports the decision counts of ended runs this long after they ended, so the last
 # increments are scraped before their series go away.
 PACER_METRICS_ENDED_RUNS_S = 3600.0
+# The only hosts engines may be on (`host`, `host:port`, `*.domain`); empty: any. The web
+# process asks every engine of a new run for its models, so without a list an operator's
+# config can make it knock on any address inside the network.
+PACER_ENGINE_HOSTS = env_list("PACER_ENGINE_HOSTS", [])
 # When set, /metrics asks for `Authorization: Bearer <this>`; empty: open, as Prometheus
 # targets usually are on an internal network (it shows run ids and figures, not configs).
 PACER_METRICS_TOKEN = env_str("PACER_METRICS_TOKEN", "")

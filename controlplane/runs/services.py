@@ -14,13 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from controlplane.runs.control import publish_control
 from controlplane.runs.models import Engine, Override, OverrideMode, Run, RunState, StepRecord
 from controlplane.runs.selectors import trainer_mode
+from workers.core.config.engine_urls import engine_url_problem, host_allowed
 from workers.core.config.fields import ConfigError, FieldError
 from workers.core.config.run import EngineSettings, RunConfig, parse_run_config
 from workers.core.controller.overrides import MAX_PIN_TTL_S
@@ -79,10 +82,31 @@ def resolve_engines(config: RunConfig) -> tuple[RunConfig, list[str | None]]:
     return dataclasses.replace(config, engines=tuple(engines)), names
 
 
+def check_engine_hosts(config: RunConfig, names: list[str | None]) -> None:
+    """ConfigError for each engine whose host is not on ``PACER_ENGINE_HOSTS`` (when set),
+    before anything asks it: at its URL, or at its name for a registered one."""
+    allowed = settings.PACER_ENGINE_HOSTS
+    errors: list[FieldError] = []
+    for index, (engine, name) in enumerate(zip(config.engines, names, strict=True)):
+        if engine.url is None or host_allowed(engine.url, allowed):
+            continue
+        where = f"engine[{index}].url" if name is None else f"engine[{index}].name"
+        whose = "" if name is None else f"{name} is registered at "
+        errors.append(FieldError(where, f"{whose}{engine.url}: {_host_not_allowed()}"))
+    if errors:
+        raise ConfigError(errors)
+
+
+def _host_not_allowed() -> str:
+    return f"its host is not on PACER_ENGINE_HOSTS ({', '.join(settings.PACER_ENGINE_HOSTS)})"
+
+
 def run_config_check(document: object, *, check_engines: bool = True) -> RunConfig:
     """Every check a run's config must pass before anything starts: the schema, registered
-    engine names, and (unless told not to) that each engine answers and serves the model."""
+    engine names, the deployment's engine hosts, and (unless told not to) that each engine
+    answers and serves the model."""
     config, names = resolve_engines(parse_run_config(document))
+    check_engine_hosts(config, names)
     if check_engines:
         asyncio.run(_preflight(config, names))
     return config
@@ -238,7 +262,13 @@ def engine_register(
     *, name: str, url: str, role: str = "unified", max_num_seqs: int | None = None
 ) -> Engine:
     """Create or update an engine by name (the run command registers its simulated ones);
-    ValidationError, with nothing saved, for a bad name, URL or role."""
+    ValidationError, with nothing saved, for a bad name, URL or role, or a host that is not
+    on ``PACER_ENGINE_HOSTS``."""
+    problem = engine_url_problem(url)
+    if problem is None and not host_allowed(url, settings.PACER_ENGINE_HOSTS):
+        problem = _host_not_allowed()
+    if problem is not None:
+        raise ValidationError({"url": [problem]})
     engine = Engine.objects.filter(name=name).first() or Engine(name=name)
     engine.url, engine.role, engine.max_num_seqs = url, role, max_num_seqs
     engine.full_clean()

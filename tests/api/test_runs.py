@@ -85,7 +85,7 @@ def test_an_engine_that_does_not_answer_is_a_field_error_at_its_url(
     document = config_document("http://127.0.0.1:9")  # nothing listens on the discard port
     response = operator_client.post("/api/runs/", document, format="json")
     assert response.status_code == 400
-    assert "does not answer" in response.json()["errors"]["engine[0].url"][0]
+    assert "did not answer with a list of models" in response.json()["errors"]["engine[0].url"][0]
 
 
 @pytest.mark.parametrize(

@@ -130,7 +130,7 @@ def test_an_engine_that_does_not_answer_is_refused_before_anything_starts(
     config.write_text(MULTITURN.format(engines[0].url, f"http://127.0.0.1:{free_port()}"))
     done = run(config, tmp_path / "out")
     assert done.returncode == 2
-    assert "engine[1].url: " in done.stderr and "does not answer" in done.stderr
+    assert "engine[1].url: " in done.stderr and "no model list" in done.stderr  # and why
     assert not (tmp_path / "out").exists()
 
 

@@ -10,6 +10,7 @@ with a reason instead of failing every episode.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -19,6 +20,8 @@ import httpx
 from inference.metrics.endpoints import EngineSpec
 from workers.core.config.fields import ConfigError, FieldError
 from workers.core.config.run import AUTO_MODEL, EngineSettings, RunConfig
+
+logger = logging.getLogger(__name__)
 
 PREFLIGHT_TIMEOUT_S = 5.0  # an engine that cannot list its models in 5 s is not serving
 
@@ -90,20 +93,28 @@ async def _served(spec: EngineSpec, http: httpx.AsyncClient) -> ServedModels | s
     try:
         response = await http.get(url, timeout=PREFLIGHT_TIMEOUT_S)
     except httpx.HTTPError as failed:
-        return f"{url} does not answer: {type(failed).__name__}: {failed}".rstrip(": ")
+        return _no_models(url, f"{type(failed).__name__}: {failed}".rstrip(": "))
     if not response.is_success:
-        return f"{url} answered HTTP {response.status_code}"
+        return _no_models(url, f"HTTP {response.status_code}")
     try:
         entries = response.json()["data"]
         models = [(str(e["id"]), e.get("parent")) for e in entries]
     except (ValueError, KeyError, TypeError) as bad:
-        return f"{url} answered something that is not a model list: {bad!r}: {response.text[:200]}"
+        return _no_models(url, f"not a model list ({type(bad).__name__})")
     if not models:
         return f"{url} serves no model"
     base = tuple(name for name, parent in models if not parent)
     return ServedModels(
         base or tuple(name for name, _ in models), tuple(name for name, _ in models)
     )
+
+
+def _no_models(url: str, why: str) -> str:
+    """One answer for every way an engine fails to list its models, with why in the log only:
+    the web process asks at an operator's word, and what it answers must not tell a closed
+    port from an open one, nor show what a server that is no engine says."""
+    logger.warning("engine check: %s gave no model list: %s", url, why)
+    return f"{url} did not answer with a list of models (the log says why)"
 
 
 def _host_port(url: str) -> str:

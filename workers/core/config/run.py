@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workers.core.config.engine_urls import engine_url_problem
 from workers.core.config.fields import ConfigError, Errors, FieldError, Table, read_into
 from workers.core.control_loop import LoopConfig
 from workers.core.controller.concurrency import Controller
@@ -261,8 +262,9 @@ def _engine(table: Table) -> EngineSettings | None:
     if (url is None) == (name is None):
         table.errors.add(table.path, "give the engine's url, or the name of a registered engine")
         return None
-    if url is not None and not url.startswith(("http://", "https://")):
-        table.errors.add(f"{table.path}.url", f"must be an http(s) URL, got {url!r}")
+    problem = None if url is None else engine_url_problem(url)
+    if problem is not None:
+        table.errors.add(f"{table.path}.url", problem)
         return None
     if role is None:
         return None
