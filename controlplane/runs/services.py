@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ from workers.core.config.fields import ConfigError, FieldError
 from workers.core.config.run import EngineSettings, RunConfig, parse_run_config
 from workers.core.controller.overrides import MAX_PIN_TTL_S
 from workers.core.samples import EngineRole
+from workers.runtime.run_folders import output_subfolder
 
 MAX_OVERRIDE_CAP = 1_000_000  # as the core's sanity bound on any cap
 
@@ -101,12 +103,21 @@ def _host_not_allowed() -> str:
     return f"its host is not on PACER_ENGINE_HOSTS ({', '.join(settings.PACER_ENGINE_HOSTS)})"
 
 
-def run_config_check(document: object, *, check_engines: bool = True) -> RunConfig:
-    """Every check a run's config must pass before anything starts: the schema, registered
-    engine names, the deployment's engine hosts, and (unless told not to) that each engine
-    answers and serves the model."""
+def run_config_resolve(document: object) -> tuple[RunConfig, list[str | None]]:
+    """The config with its engines resolved (and their registered names), once it passes
+    every check that asks no engine: the schema, registered engine names, the deployment's
+    engine hosts, and an output folder under PACER_RUNS_DIR. A worker checks this again when
+    it takes the run up."""
     config, names = resolve_engines(parse_run_config(document))
     check_engine_hosts(config, names)
+    output_subfolder(Path(settings.PACER_RUNS_DIR), config.output_dir)
+    return config, names
+
+
+def run_config_check(document: object, *, check_engines: bool = True) -> RunConfig:
+    """Every check a run's config must pass before anything starts: ``run_config_resolve``'s,
+    and (unless told not to) that each engine answers and serves the model."""
+    config, names = run_config_resolve(document)
     if check_engines:
         asyncio.run(_preflight(config, names))
     return config

@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from controlplane.runs.consumers import run_group_name
 from controlplane.runs.models import Run, RunState
-from controlplane.runs.services import enqueue, resolve_engines
+from controlplane.runs.services import enqueue, run_config_resolve
 from inference.engine_http import engine_http_client, rollout_session
 from inference.metrics.client import MetricsClient
 from inference.metrics.endpoints import EngineSpec
@@ -39,7 +39,7 @@ from inference.metrics.monitor import EngineMonitor, PollResult
 from inference.rollout_client import RolloutClient
 from workers.core.clock import MonotonicClock
 from workers.core.config.fields import ConfigError
-from workers.core.config.run import RunConfig, parse_run_config
+from workers.core.config.run import RunConfig
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.observe import ObserveOnly
 from workers.core.orchestrator.orchestrator import (
@@ -56,6 +56,7 @@ from workers.runtime.engines import engine_specs, preflight
 from workers.runtime.foreground import CONNECTIONS_SPARE, EnginePoll
 from workers.runtime.reporter import RunReporter
 from workers.runtime.reporting import FanOut
+from workers.runtime.run_folders import run_folder
 from workers.runtime.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ class Host:
         model: str,
         session: aiohttp.ClientSession,
     ) -> str:
-        output = Path(config.output_dir or Path(settings.PACER_RUNS_DIR) / str(self.run_id))
+        output = run_folder(Path(settings.PACER_RUNS_DIR), self.run_id, config.output_dir)
         writer = TorchBatchWriter(output)
         last = await self.call(
             store.recover_steps, self.run_id, self.owner, writer.steps_dir, writer.written_steps()
@@ -355,7 +356,7 @@ def _close_connection() -> None:
 
 
 def _checked(document: Any) -> tuple[RunConfig, list[str | None]]:
-    return resolve_engines(parse_run_config(document))
+    return run_config_resolve(document)
 
 
 def _tokens_per_s(samples: list[Any], last: float | None, now: float) -> float:
