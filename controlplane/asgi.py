@@ -10,12 +10,12 @@ django_http = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from controlplane.routing import websocket_urlpatterns  # noqa: E402
 from controlplane.ws_auth import TokenAuthMiddleware  # noqa: E402
+from controlplane.ws_origins import SameOriginValidator  # noqa: E402
 
 # daphne serves no files of its own: with DEBUG on (the quick start), Django serves the static
 # files from the apps' folders; with DEBUG off, whitenoise (a middleware, see settings) serves
@@ -23,7 +23,7 @@ from controlplane.ws_auth import TokenAuthMiddleware  # noqa: E402
 application = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_http) if settings.DEBUG else django_http,
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": SameOriginValidator(
             AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }

@@ -33,6 +33,13 @@ SECRET_KEY = env_str("SECRET_KEY", "") or secrets.token_urlsafe(50)
 # the broker's URL hold Redis' password, and no setting name says so.
 DEFAULT_EXCEPTION_REPORTER_FILTER = "controlplane.error_reports.CredentialsFilter"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+# Served over HTTPS (behind a proxy that terminates TLS and says so in X-Forwarded-Proto).
+PACER_HTTPS = env_bool("PACER_HTTPS", False)
+# Pages other than the served address itself (scheme://host:port) that may use a signed-in
+# user's session: open a run's websocket (controlplane.ws_origins) and write with its CSRF
+# token. Empty: the served address only.
+PACER_ALLOWED_ORIGINS = env_list("PACER_ALLOWED_ORIGINS", [])
+CSRF_TRUSTED_ORIGINS = PACER_ALLOWED_ORIGINS
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 

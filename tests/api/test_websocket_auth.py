@@ -13,7 +13,8 @@ from controlplane.runs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, 
 from tests.api.conftest import make_account, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
-ORIGIN = (b"origin", b"http://127.0.0.1")
+# As a browser on the served page sends them: the address it was sent to, and the page's.
+HOST, ORIGIN = (b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")
 
 
 async def _refused_with(communicator: WebsocketCommunicator) -> int:
@@ -28,7 +29,7 @@ async def _refused_with(communicator: WebsocketCommunicator) -> int:
 async def test_a_token_opens_the_run_websocket_and_events_arrive(how: str) -> None:
     account = await database_sync_to_async(make_account)("cli", "viewer")
     run = await database_sync_to_async(make_run)()
-    path, headers = f"/ws/runs/{run.pk}/", [ORIGIN]
+    path, headers = f"/ws/runs/{run.pk}/", [HOST, ORIGIN]
     if how == "header":
         headers.append((b"authorization", f"Token {account.token}".encode()))
     else:
@@ -47,13 +48,13 @@ async def test_a_token_opens_the_run_websocket_and_events_arrive(how: str) -> No
 async def test_a_bad_token_is_refused_with_4401() -> None:
     run = await database_sync_to_async(make_run)()
     for path in (f"/ws/runs/{run.pk}/?token=nope", f"/ws/runs/{run.pk}/?token={'f' * 40}"):
-        communicator = WebsocketCommunicator(application, path, headers=[ORIGIN])
+        communicator = WebsocketCommunicator(application, path, headers=[HOST, ORIGIN])
         assert await _refused_with(communicator) == CLOSE_UNAUTHENTICATED
 
 
 async def test_a_run_that_does_not_exist_is_refused_with_4404() -> None:
     account = await database_sync_to_async(make_account)("cli", "viewer")
     communicator = WebsocketCommunicator(
-        application, f"/ws/runs/999999/?token={account.token}", headers=[ORIGIN]
+        application, f"/ws/runs/999999/?token={account.token}", headers=[HOST, ORIGIN]
     )
     assert await _refused_with(communicator) == CLOSE_NOT_FOUND

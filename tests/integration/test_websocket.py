@@ -52,7 +52,7 @@ async def test_event_sent_from_another_process_reaches_the_websocket() -> None:
     communicator = WebsocketCommunicator(
         application,
         f"/ws/runs/{run.pk}/",
-        headers=[(b"cookie", cookie), (b"origin", b"http://127.0.0.1")],
+        headers=[(b"cookie", cookie), (b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")],
     )
     connected, _ = await communicator.connect(timeout=5)
     assert connected
@@ -74,7 +74,9 @@ async def test_event_sent_from_another_process_reaches_the_websocket() -> None:
 
 async def test_anonymous_websocket_is_refused() -> None:
     communicator = WebsocketCommunicator(
-        application, "/ws/runs/41/", headers=[(b"origin", b"http://127.0.0.1")]
+        application,
+        "/ws/runs/41/",
+        headers=[(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")],
     )
     connected, _ = await communicator.connect(timeout=5)
     assert connected  # accepted only to be closed with a code a real client receives
@@ -92,7 +94,7 @@ async def test_a_connection_joins_its_group_again_after_redis_forgot_it(
     communicator = WebsocketCommunicator(
         application,
         f"/ws/runs/{run.pk}/",
-        headers=[(b"cookie", cookie), (b"origin", b"http://127.0.0.1")],
+        headers=[(b"cookie", cookie), (b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")],
     )
     connected, _ = await communicator.connect(timeout=5)
     assert connected
