@@ -7,8 +7,8 @@ atomically, so forty requests at once across two web processes let exactly the l
 from Redis' own clock, which every web process shares.
 
 While Redis cannot be reached nothing is counted: the request goes through and the log says
-so. A rate limit guards against floods; refusing every command during an outage (each one a
-500, as the cache throttle answered) would turn it into one.
+so. A rate limit guards against floods; refusing every command or sign-in during an outage
+(each command a 500, as the cache throttle answered) would turn it into one.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class Admission:
 
     allowed: bool
     wait_s: float  # until a hit would be allowed again; 0 when allowed
+    key: str
+    member: str | None  # the hit as counted, to release it; None when not counted
 
 
 def acquire(name: str, limit: int, window_s: float) -> Admission:
@@ -60,10 +62,30 @@ def acquire(name: str, limit: int, window_s: float) -> Admission:
         answer = _script(settings.REDIS_URL)(keys=[key], args=[limit, int(window_s * 1000), member])
     except redis.RedisError as failed:
         logger.warning("rate limit %s: could not count (%s); letting it through", key, failed)
-        return Admission(True, 0.0)
+        return Admission(True, 0.0, key, None)
     if int(answer) < 0:
-        return Admission(True, 0.0)
-    return Admission(False, max(int(answer), 1) / 1000)
+        return Admission(True, 0.0, key, member)
+    return Admission(False, max(int(answer), 1) / 1000, key, None)
+
+
+def release(admission: Admission) -> None:
+    """Take a counted hit back (a sign-in that succeeded is no failure to count)."""
+    if admission.member is None:
+        return
+    try:
+        _client(settings.REDIS_URL).zrem(admission.key, admission.member)
+    except redis.RedisError as failed:
+        logger.warning("rate limit %s: could not release a hit (%s)", admission.key, failed)
+
+
+def parse_rate(rate: str) -> tuple[int, float]:
+    """``"10/hour"`` (DRF's form: a count, then s, m, h or d, or a word starting so) as a
+    count and a window in seconds; ValueError for anything else."""
+    count, _, period = rate.partition("/")
+    seconds = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(period.strip()[:1])
+    if not count.strip().isdigit() or seconds is None:
+        raise ValueError(f"{rate!r} is not a rate like '10/hour'")
+    return int(count), float(seconds)
 
 
 @functools.cache

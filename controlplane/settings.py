@@ -207,6 +207,26 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# Failed sign-ins (dashboard and admin) before more are refused for a while, per user name and
+# per client address (controlplane.signin_limits). Per user: OWASP's advice is a lockout after
+# a handful of failures, for a time; a person mistyping gets ten tries an hour. Per address:
+# more, since an office or a VPN signs many people in from one.
+PACER_SIGNIN_FAILURES_PER_USER = env_str("PACER_SIGNIN_FAILURES_PER_USER", "10/hour")
+PACER_SIGNIN_FAILURES_PER_ADDRESS = env_str("PACER_SIGNIN_FAILURES_PER_ADDRESS", "50/hour")
+# Django's password rules, for every way a password is set: the admin's forms, createsuperuser,
+# changepassword, pacer_user and ensure_admin. The length is OWASP ASVS 4.0's (2.1.1: at least
+# 12 characters).
+PACER_PASSWORD_MIN_LENGTH = int(env_str("PACER_PASSWORD_MIN_LENGTH", "12"))
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": PACER_PASSWORD_MIN_LENGTH},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
 # Pages of runs, decisions, steps and overrides: 100 rows by default, up to 1,000 when asked.
 PACER_PAGE_SIZE = 100
 PACER_MAX_PAGE_SIZE = 1000

@@ -4,6 +4,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane.health import HealthApi
 from controlplane.metrics import metrics_view
+from controlplane.signin_limits import AdminThrottledSignIn
+
+# The admin's sign-in counts failures with the dashboard's.
+admin.site.login_form = AdminThrottledSignIn
 
 urlpatterns = [
     path("", include("controlplane.dashboard.urls")),

@@ -127,6 +127,24 @@ def celery_worker(celery_queue: str, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture(scope="session", autouse=True)
+def private_rate_limits() -> Iterator[None]:
+    """Rate-limit counts (commands, sign-in failures) under a prefix of this session's own,
+    here and in the servers it starts: user ids and names repeat across test databases, and
+    failures counted by an earlier session would lock this one's users out."""
+    from django.test import override_settings
+
+    prefix = f"pacer-test-{uuid.uuid4().hex[:12]}"
+    before = os.environ.get("PACER_THROTTLE_PREFIX")
+    os.environ["PACER_THROTTLE_PREFIX"] = prefix
+    with override_settings(PACER_THROTTLE_PREFIX=prefix):
+        yield
+    if before is None:
+        del os.environ["PACER_THROTTLE_PREFIX"]
+    else:
+        os.environ["PACER_THROTTLE_PREFIX"] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
 def private_channels() -> Iterator[None]:
     """Live events under a prefix of this session's own, here and in the servers and workers
     it starts: run ids restart with each test database, and another session on the same Redis

@@ -16,6 +16,7 @@ from controlplane.dashboard import reads
 from controlplane.health import check_database, check_redis
 from controlplane.runs import selectors
 from controlplane.runs.roles import is_operator, role_of
+from controlplane.signin_limits import ThrottledSignIn
 from workers.core.decisions import DecisionKind
 
 VIEWER_REASON = (
@@ -25,10 +26,19 @@ VIEWER_REASON = (
 
 
 class SignIn(auth_views.LoginView):
-    """The dashboard's own sign-in page (the admin's is for staff accounts only)."""
+    """The dashboard's own sign-in page (the admin's is for staff accounts only); attempts
+    over the limits are answered 429 with Retry-After (controlplane.signin_limits)."""
 
     template_name = "signin.html"
     redirect_authenticated_user = True
+    form_class = ThrottledSignIn
+
+    def form_invalid(self, form: ThrottledSignIn) -> HttpResponse:  # type: ignore[override]
+        response = super().form_invalid(form)
+        if form.retry_after_s is not None:
+            response.status_code = 429
+            response["Retry-After"] = str(form.retry_after_s)
+        return response
 
 
 class SignOut(auth_views.LogoutView):

@@ -143,13 +143,15 @@ def test_pacer_user_creates_a_viewer_with_a_working_token_and_changes_roles() ->
     )
 
     out = io.StringIO()
-    call_command("pacer_user", "vera", "--role", "operator", "--password", "s3cret", stdout=out)
+    call_command(
+        "pacer_user", "vera", "--role", "operator", "--password", "plum orbit lantern", stdout=out
+    )
     vera.refresh_from_db()
     assert out.getvalue().splitlines() == [
         "user vera updated, role operator",
         f"API token: {token}",
     ]
-    assert is_operator(vera) and vera.check_password("s3cret")
+    assert is_operator(vera) and vera.check_password("plum orbit lantern")
     assert list(vera.groups.values_list("name", flat=True)) == [OPERATOR]
     assert (
         client.post("/api/engines/", {"name": "x", "url": "http://127.0.0.1:1"}).status_code == 201

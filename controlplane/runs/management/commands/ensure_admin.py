@@ -9,6 +9,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from rest_framework.authtoken.models import Token
 
+from controlplane.runs.passwords import checked_password
+
 
 class Command(BaseCommand):
     help = "Create the admin user if missing (password printed once) and print its API token."
@@ -26,6 +28,7 @@ class Command(BaseCommand):
         user = user_model.objects.filter(username=username).first()
         if user is None:
             password = password or secrets.token_urlsafe(12)
+            checked_password(password, user_model(username=username))
             user = user_model.objects.create_superuser(username=username, password=password)
             self.stdout.write(f"admin user: {username}  password: {password}")
         else:

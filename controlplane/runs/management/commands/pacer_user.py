@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
+from controlplane.runs.passwords import checked_password
 from controlplane.runs.roles import ROLES, grant
 
 
@@ -33,6 +34,7 @@ class Command(BaseCommand):
         with transaction.atomic():
             user, created = get_user_model().objects.get_or_create(username=username)
             if password is not None:
+                checked_password(password, user)  # refused: the transaction takes the user back
                 user.set_password(password)
             elif created:
                 user.set_unusable_password()
