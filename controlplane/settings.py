@@ -33,8 +33,21 @@ SECRET_KEY = env_str("SECRET_KEY", "") or secrets.token_urlsafe(50)
 # the broker's URL hold Redis' password, and no setting name says so.
 DEFAULT_EXCEPTION_REPORTER_FILTER = "controlplane.error_reports.CredentialsFilter"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
-# Served over HTTPS (behind a proxy that terminates TLS and says so in X-Forwarded-Proto).
+# Served over HTTPS, behind a proxy that terminates TLS and says so in X-Forwarded-Proto
+# (which it must also strip from what clients send). Then plain HTTP is redirected, browsers
+# are told to use HTTPS alone (HSTS), and cookies are sent over HTTPS only.
 PACER_HTTPS = env_bool("PACER_HTTPS", False)
+if PACER_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    # Probes from inside the network (a load balancer's health check, Prometheus) over HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^api/health/$", r"^metrics$"]
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    # A year, with subdomains, and preload-ready: what hstspreload.org asks for. Set 0 to
+    # trial HTTPS first: browsers remember the header for as long as it says.
+    SECURE_HSTS_SECONDS = int(env_str("PACER_HSTS_SECONDS", str(365 * 86400)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PACER_HSTS_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("PACER_HSTS_PRELOAD", True)
 # Pages other than the served address itself (scheme://host:port) that may use a signed-in
 # user's session: open a run's websocket (controlplane.ws_origins) and write with its CSRF
 # token. Empty: the served address only.
@@ -62,6 +75,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "controlplane.content_security.ContentSecurityPolicyMiddleware",
     # With DEBUG off, whitenoise serves the collected static files (the dashboard's scripts,
     # uPlot, the admin's styles) from STATIC_ROOT; with DEBUG on, asgi.py's static handler
     # serves them from the apps' folders, so no collectstatic is needed while developing.
@@ -76,6 +90,14 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# What a page may load and run: its own site's scripts, styles, images and connections
+# (the websocket included) and nothing else; no inline script or style, no framing.
+PACER_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
 
 ROOT_URLCONF = "controlplane.urls"
 ASGI_APPLICATION = "controlplane.asgi.application"

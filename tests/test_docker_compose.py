@@ -59,5 +59,8 @@ def test_compose_file_has_the_stack_and_commands() -> None:
         assert set(services[name]["depends_on"]) == {"redis", "postgres"}
     for name in ("sim-a", "sim-b"):
         assert command_text(services[name]).startswith("python -m inference.sim --host 0.0.0.0")
+    # Only the web server is reached from outside: the engines, Redis and PostgreSQL take
+    # requests without credentials of the deployment's own, on the compose network alone.
+    assert [name for name, service in services.items() if service.get("ports")] == ["web"]
     assert services["vllm"]["profiles"] == ["gpu"]
     assert "inference.serve" in command_text(services["vllm"])

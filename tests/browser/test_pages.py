@@ -85,6 +85,58 @@ def test_a_bad_config_is_refused_at_its_field_then_a_good_one_runs_live(
     assert run.state in (RunState.STOPPING, RunState.CANCELLED, RunState.RUNNING)
 
 
+RECORD_CSP_VIOLATIONS = """
+window.cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) =>
+  window.cspViolations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}`));
+"""
+
+
+def test_every_page_keeps_to_the_content_security_policy(
+    browser: Browser, stack: Stack, db_access: None
+) -> None:
+    run = Run.objects.create(name="csp-check", config={"name": "csp-check"})
+    context = browser.new_context()
+    context.add_init_script(RECORD_CSP_VIOLATIONS)
+    refused: list[str] = []
+    context.on(
+        "console",
+        lambda message: (
+            refused.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
+    page = context.new_page()
+    pages = {
+        "/admin/login/": "#id_username",
+        "/signin/": "#username",
+    }
+    for path, shown in pages.items():
+        answer = page.goto(f"{stack.web.url}{path}")
+        assert (
+            answer is not None and "script-src 'self'" in answer.headers["content-security-policy"]
+        )
+        expect(page.locator(shown)).to_be_visible()
+        assert page.evaluate("() => window.cspViolations") == [], path
+    page.fill("#username", "olga")
+    page.fill("#password", PASSWORD)
+    page.click("#signin")
+    expect(page).to_have_url(f"{stack.web.url}/")
+    signed_in = {
+        "/": "#runs tbody tr",
+        "/runs/new/": "#config",
+        f"/runs/{run.pk}/": "#live-status:text('live')",  # the websocket is connect-src 'self'
+        "/api/docs/": ".swagger-ui .info",
+    }
+    for path, shown in signed_in.items():
+        answer = page.goto(f"{stack.web.url}{path}")
+        assert answer is not None and "content-security-policy" in answer.headers, path
+        expect(page.locator(shown).first).to_be_visible()
+        page.wait_for_timeout(300)  # late scripts (uPlot, the websocket, Swagger UI) have run
+        assert page.evaluate("() => window.cspViolations") == [], path
+    context.close()
+    assert refused == []
+
+
 def test_the_runs_list_shows_the_runs_with_their_cap_sparklines(
     browser: Browser, stack: Stack, db_access: None
 ) -> None:
