@@ -3,26 +3,12 @@ name, common passwords, digits only): the management commands as the admin's for
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.conftest import REPO_ROOT, VENV_BIN
-from tests.integration.hosting import session_database_url
+from tests.integration.commands import manage
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
-
-
-def manage(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(VENV_BIN / "python"), "manage.py", *argv],
-        cwd=REPO_ROOT,
-        env={**os.environ, "DATABASE_URL": session_database_url()},
-        capture_output=True,
-        text=True,
-    )
 
 
 @pytest.mark.parametrize(

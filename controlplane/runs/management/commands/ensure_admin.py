@@ -1,4 +1,7 @@
-"""Makes sure an admin user exists and prints its API token, for the quick start."""
+"""Makes sure an admin user exists, for the quick start and docker compose, which run this at
+every start. The password and the API token are printed once, when made (or the token on
+request): every start's output stays in a log (`docker compose logs`, var/), and a token
+there is a credential anyone reading the log may use."""
 
 from __future__ import annotations
 
@@ -13,7 +16,10 @@ from controlplane.runs.passwords import checked_password
 
 
 class Command(BaseCommand):
-    help = "Create the admin user if missing (password printed once) and print its API token."
+    help = (
+        "Create the admin user if missing; its password and API token are printed when made, "
+        "the token again with --show-token."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", default="admin")
@@ -22,8 +28,13 @@ class Command(BaseCommand):
             default="",
             help="password for a new user; a random one is generated and printed when empty",
         )
+        parser.add_argument(
+            "--show-token", action="store_true", help="print the API token, made or not"
+        )
 
-    def handle(self, *args: Any, username: str, password: str, **options: Any) -> None:
+    def handle(
+        self, *args: Any, username: str, password: str, show_token: bool, **options: Any
+    ) -> None:
         user_model = get_user_model()
         user = user_model.objects.filter(username=username).first()
         if user is None:
@@ -33,5 +44,10 @@ class Command(BaseCommand):
             self.stdout.write(f"admin user: {username}  password: {password}")
         else:
             self.stdout.write(f"admin user: {username}  (exists, password unchanged)")
-        token, _ = Token.objects.get_or_create(user=user)
-        self.stdout.write(f"API token: {token.key}")
+        token, made = Token.objects.get_or_create(user=user)
+        if made or show_token:
+            self.stdout.write(f"API token: {token.key}")
+        else:
+            self.stdout.write(
+                "API token: made already (python manage.py ensure_admin --show-token prints it)"
+            )
