@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from django.core.management.base import CommandError
 
 from controlplane.runs.models import Run
 from controlplane.runs.services import engine_register
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, VENV_BIN
 from tests.integration.hosting import SimEngine, sim_engines
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -49,6 +51,42 @@ def test_every_shipped_config_passes_the_schema_without_asking_engines() -> None
     output, refused = check(*files, "--no-engines")
     assert refused is None, output
     assert output.count(": ok") == len(files)
+
+
+def in_a_fresh_checkout(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The command as a newcomer runs it before anything else: no database, no var/, the
+    settings' defaults (no DATABASE_URL, DEBUG or SECRET_KEY)."""
+    unset = ("DATABASE_URL", "DEBUG", "SECRET_KEY")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    return subprocess.run(
+        [str(VENV_BIN / "python"), "manage.py", "check_run_config", *argv],
+        cwd=REPO_ROOT,
+        env={**env, "PACER_VAR_DIR": str(tmp_path / "var")},
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_a_fresh_checkout_checks_a_config_with_no_database_and_no_engines(
+    tmp_path: Path,
+) -> None:
+    done = in_a_fresh_checkout(tmp_path, "configs/multiturn.toml", "--no-engines")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "configs/multiturn.toml: ok"
+    assert not (tmp_path / "var").exists()  # nothing made
+
+
+def test_a_config_naming_registered_engines_says_in_one_line_what_to_run_first(
+    tmp_path: Path,
+) -> None:
+    for before in ("no folder", "an empty database"):
+        if before == "an empty database":
+            (tmp_path / "var").mkdir()
+        done = in_a_fresh_checkout(tmp_path, "configs/demo.toml", "--no-engines")
+        assert done.returncode != 0
+        assert "Traceback" not in done.stderr, done.stderr
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(said) == 1 and "./scripts/run" in said[0] and "migrate" in said[0], said
 
 
 def test_refused_configs_list_their_field_errors_and_fail_the_command(
