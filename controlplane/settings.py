@@ -16,8 +16,9 @@ from controlplane.env import env_bool, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PACER_VAR_DIR", str(BASE_DIR / "var")))
-# Each run's batches, decisions and W&B files go to <PACER_RUNS_DIR>/<run id>/ unless its
-# config names a folder: the one place web and workers on several machines must share.
+# Each hosted run's batches, decisions and W&B files go to <PACER_RUNS_DIR>/<run id>/, or to
+# <PACER_RUNS_DIR>/<dir>/<run id>/ when its config names a folder (workers.runtime.run_folders):
+# the one place web and workers on several machines must share.
 PACER_RUNS_DIR = Path(env_str("PACER_RUNS_DIR", str(VAR_DIR / "runs")))
 
 # Off unless asked for: a debug page shows any signed-in user the code, the settings and the
