@@ -137,6 +137,9 @@ class Decision(models.Model):
     alert = models.BooleanField(default=False)
     applied = models.BooleanField(default=True)
     figures = models.JSONField(default=dict)
+    # The lease owner that made it (worker/task): a run's timeline shows each host's tenure,
+    # and a write by a host that had lost its lease would show as one out of place.
+    host = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         ordering = ["at", "id"]

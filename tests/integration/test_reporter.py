@@ -7,10 +7,12 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import OperationalError, connection
+from django.utils import timezone
 
 from controlplane.runs.models import Decision as DecisionRow
 from controlplane.runs.models import Run, RunState, StepRecord
@@ -28,7 +30,13 @@ OWNER = "test-host"
 
 @pytest.fixture
 def run() -> Run:
-    return Run.objects.create(name="reported", config={}, state=RunState.RUNNING, lease_owner=OWNER)
+    return Run.objects.create(
+        name="reported",
+        config={},
+        state=RunState.RUNNING,
+        lease_owner=OWNER,
+        lease_expires_at=timezone.now() + timedelta(minutes=5),
+    )
 
 
 @pytest.fixture
@@ -73,8 +81,17 @@ def step_report(step: int, at: float) -> StepReport:
     )
 
 
-def make_reporter(run: Run, db: ThreadPoolExecutor, clock: MonotonicClock) -> RunReporter:
-    return RunReporter(run_id=run.pk, owner=OWNER, db=db, clock=clock, send=None)
+def make_reporter(
+    run: Run, db: ThreadPoolExecutor, clock: MonotonicClock, lost: list[str] | None = None
+) -> RunReporter:
+    return RunReporter(
+        run_id=run.pk,
+        owner=OWNER,
+        db=db,
+        clock=clock,
+        send=None,
+        on_lease_lost=(lost if lost is not None else []).append,
+    )
 
 
 def test_a_flush_under_way_when_the_run_ends_is_written_once(
@@ -161,17 +178,45 @@ def test_records_a_database_never_takes_are_reported_lost(
     assert not StepRecord.objects.filter(run=run).exists()
 
 
-def test_a_step_is_not_recorded_by_a_host_that_lost_the_lease(
-    run: Run, db_thread: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    "lost_lease",
+    [{"lease_owner": "another-host"}, {"lease_expires_at": timezone.now() - timedelta(seconds=1)}],
+    ids=["taken-by-another", "expired"],
+)
+def test_a_host_that_lost_the_lease_writes_nothing_and_is_told(
+    run: Run,
+    db_thread: ThreadPoolExecutor,
+    caplog: pytest.LogCaptureFixture,
+    lost_lease: dict[str, Any],
 ) -> None:
-    Run.objects.filter(pk=run.pk).update(lease_owner="another-host")
+    Run.objects.filter(pk=run.pk).update(**lost_lease)
+    clock = MonotonicClock()
+    lost: list[str] = []
+
+    async def scenario() -> bool:
+        reporter = make_reporter(run, db_thread, clock, lost)
+        reporter.decisions((grow(clock.now(), 4),))
+        reporter.step(step_report(2, clock.now()))
+        reporter.set_live({"cap": 99})
+        return await reporter.close()
+
+    assert not asyncio.run(scenario())
+    assert not StepRecord.objects.filter(run=run).exists()
+    assert not DecisionRow.objects.filter(run=run).exists()
+    assert Run.objects.get(pk=run.pk).cap is None
+    assert lost and "the lease is not held by test-host" in lost[0]
+    assert "1 decisions, 0 samples and 1 step or eval records of this host are dropped" in (
+        caplog.text
+    )
+
+
+def test_decisions_carry_the_host_that_made_them(run: Run, db_thread: ThreadPoolExecutor) -> None:
     clock = MonotonicClock()
 
     async def scenario() -> bool:
         reporter = make_reporter(run, db_thread, clock)
-        reporter.step(step_report(2, clock.now()))
+        reporter.decisions((grow(clock.now(), 4),))
         return await reporter.close()
 
     assert asyncio.run(scenario())
-    assert not StepRecord.objects.filter(run=run).exists()
-    assert "step 2 of run" in caplog.text and "lease is held elsewhere" in caplog.text
+    assert list(DecisionRow.objects.filter(run=run).values_list("host", flat=True)) == [OWNER]

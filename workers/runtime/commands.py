@@ -46,6 +46,7 @@ class Commands:
         self,
         *,
         run_id: int,
+        owner: str,
         controller: Controller | ObserveOnly,
         orchestrator: Orchestrator,
         reporter: RunReporter,
@@ -55,6 +56,7 @@ class Commands:
         live: Callable[[], dict[str, Any]],
     ) -> None:
         self.run_id = run_id
+        self._owner = owner
         self._controller = controller
         self._orchestrator = orchestrator
         self._reporter = reporter
@@ -114,7 +116,7 @@ class Commands:
             try:
                 decision = self._cap_command(override)
             except ValueError as refused:  # CommandRejected is one too
-                await self._call(store.settle_override, override.pk, error=str(refused))
+                await self._settle(override.pk, error=str(refused))
                 return
             self._reporter.link(decision, override.pk)
             self._orchestrator.loop.command(decision)
@@ -126,7 +128,10 @@ class Commands:
             self.ending.append(override.pk)
             self._orchestrator.stop(STOPPED_BY_OPERATOR)
         else:  # resume: the run is running already
-            await self._call(store.settle_override, override.pk)
+            await self._settle(override.pk)
+
+    async def _settle(self, override_id: int, *, error: str = "") -> None:
+        await self._call(store.settle_override, self.run_id, self._owner, override_id, error=error)
 
     def _cap_command(self, override: Override) -> Decision:
         now = self._clock.now()

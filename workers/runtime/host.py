@@ -99,7 +99,11 @@ class Host:
         try:
             if not await self.call(lease.take, self.run_id, self.owner):
                 return f"run {self.run_id} is hosted elsewhere or has ended"
-            return await self._hosted()
+            try:
+                return await self._hosted()
+            except store.LeaseLost:
+                logger.warning("host: run %d: %s", self.run_id, LEASE_LOST)
+                return LEASE_LOST
         finally:
             await self.call(_close_connection)
             self._db.shutdown(wait=True)
@@ -168,6 +172,7 @@ class Host:
             clock=self._clock,
             send=_channel_send(),
             registered=registered,
+            on_lease_lost=lambda reason: self._stop(LEASE_LOST),
         )
         if restored is not None:
             reporter.decisions((restored,))
@@ -198,6 +203,7 @@ class Host:
             )
             commands = Commands(
                 run_id=self.run_id,
+                owner=self.owner,
                 controller=controller,
                 orchestrator=orchestrator,
                 reporter=reporter,
@@ -313,7 +319,7 @@ class Host:
                 RunState.CANCELLED, result.reason if result.reason != STOPPED_BY_OPERATOR else ""
             )
         for override_id in ending:
-            await self.call(store.settle_override, override_id)
+            await self.call(store.settle_override, self.run_id, self.owner, override_id)
         return outcome
 
     async def _hand_back(self) -> str:

@@ -8,6 +8,12 @@ order. A write that fails (the database restarting) keeps its rows for the next 
 alert), and decisions are kept. Live events carry the database id of what they show, so a
 browser that reconnects and reads the API's history can merge without duplicates; they go out
 right after the rows are stored.
+
+Every flush is one transaction under the run's lease (``store.under_lease``): a host that
+lost its lease (stalled, or its database hung) drops what it holds instead of writing it into
+the next host's timeline. The next host continues from the last step recorded, so nothing the
+run needs is lost with them: the dropped rows are decisions and samples of a tenure that had
+already ended.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 
 from controlplane.runs.consumers import run_group_name
 from controlplane.runs.models import EngineSample
@@ -65,8 +71,11 @@ class RunReporter:
         clock: Clock,
         send: Send | None,
         registered: dict[str, str] | None = None,
+        on_lease_lost: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.run_id = run_id
+        self._on_lease_lost = on_lease_lost
+        self.lease_lost: str | None = None  # why nothing more is written, once it is so
         self._owner = owner
         self._db = db
         self._clock = clock
@@ -111,7 +120,9 @@ class RunReporter:
 
     def eval(self, report: EvalReport) -> None:
         started, finished = self.wall(report.started_at), self.wall(report.finished_at)
-        self._jobs.append(lambda: store.insert_eval(self.run_id, report, started, finished))
+        self._jobs.append(
+            lambda: store.insert_eval(self.run_id, self._owner, report, started, finished)
+        )
         self._wake.set()
 
     # -- the host's own reports -------------------------------------------------------------
@@ -189,6 +200,8 @@ class RunReporter:
         deadline = self._clock.now() + CLOSE_RETRY_S
         backoff = FLUSH_S
         while not await self.flush():
+            if self.lease_lost is not None:
+                return False
             if self._clock.now() + backoff > deadline:
                 logger.error(
                     "reporter: run %d ends with %d decisions, %d samples and %d step or eval "
@@ -210,6 +223,8 @@ class RunReporter:
             return await self._flush()
 
     async def _flush(self) -> bool:
+        if self.lease_lost is not None:
+            return False
         decisions = list(self._decisions)
         samples = list(self._samples)
         jobs = list(self._jobs)
@@ -222,6 +237,9 @@ class RunReporter:
             ids = await loop.run_in_executor(
                 self._db, self._write, decisions, samples, jobs, live, health
             )
+        except store.LeaseLost as lost:
+            self._lose(str(lost))
+            return False
         except Exception:
             await loop.run_in_executor(self._db, _forget_connection)
             self.failed_flushes += 1
@@ -256,33 +274,49 @@ class RunReporter:
         health: dict[str, dict[str, Any]] | None,
     ) -> list[int]:
         ids: list[int] = []
-        with transaction.atomic():  # all or nothing: a retried flush must not write twice
+        run_id, owner = self.run_id, self._owner
+        # All or nothing (a retried flush must not write twice), and under the lease.
+        with store.under_lease(run_id, owner):
             for step, batch in itertools.groupby(decisions, key=lambda p: p.step):
                 pending = list(batch)
                 stored = store.insert_decisions(
-                    self.run_id, step, [(p.decision, p.at) for p in pending]
+                    run_id, owner, step, [(p.decision, p.at) for p in pending]
                 )
                 for one, row_id in zip(pending, stored, strict=True):
                     if one.override_id is not None:
-                        store.settle_override(one.override_id, decision_id=row_id)
+                        store.settle_override(run_id, owner, one.override_id, decision_id=row_id)
                 ids.extend(stored)
             if samples:
-                store.insert_samples(samples)
+                store.insert_samples(run_id, owner, samples)
             for job in jobs:
                 job()
             if live:
-                store.save_run(self.run_id, self._owner, **live)
+                store.save_run(run_id, owner, **live)
             if health:
-                store.record_engine_health(health)
+                store.record_engine_health(run_id, owner, health)
         return ids
 
     def _insert_step(self, report: StepReport, started: datetime, written: datetime) -> None:
-        if not store.insert_step(self.run_id, self._owner, report, started, written):
-            logger.warning(
-                "reporter: step %d of run %d not recorded: its lease is held elsewhere now",
-                report.step,
-                self.run_id,
-            )
+        store.insert_step(self.run_id, self._owner, report, started, written)
+
+    def _lose(self, reason: str) -> None:
+        """The lease is gone: drop what is buffered, write nothing more, tell the host."""
+        self.lease_lost = reason
+        logger.warning(
+            "reporter: run %d: %s; %d decisions, %d samples and %d step or eval records of "
+            "this host are dropped (the next host continues from the last step recorded)",
+            self.run_id,
+            reason,
+            len(self._decisions),
+            len(self._samples),
+            len(self._jobs),
+        )
+        self._decisions.clear()
+        self._samples.clear()
+        self._jobs.clear()
+        self._events.clear()
+        self._live = {}
+        self._on_lease_lost(reason)
 
     async def _publish(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         if self._send is None:

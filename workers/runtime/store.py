@@ -1,14 +1,23 @@
 """What a run's host reads from and writes to the database. Plain synchronous ORM calls, run
-in the host's own database thread (Django's ORM is not for the event loop), each guarded by
-the lease where it changes the run, so a host that lost its lease writes nothing more."""
+in the host's own database thread (Django's ORM is not for the event loop).
+
+Every write is fenced on the run's lease (``fenced``): it runs in a transaction that first
+locks the run's row and checks that this host still owns an unexpired lease, so another host
+cannot take the lease while the write is under way, and a host that lost it (stalled past its
+TTL, its database connection hung) writes nothing: the write raises ``LeaseLost`` instead.
+A check before the write and the write in separate statements would leave a gap in which the
+lease changes hands; the row lock closes it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from django.db import transaction
 from django.utils import timezone
@@ -27,28 +36,67 @@ from controlplane.runs.models import (
 from workers.core.decisions import Decision
 from workers.core.orchestrator.batches import EvalReport, StepReport
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class LeaseLost(Exception):
+    """The run's lease is not this host's (any more): nothing was written."""
+
+
+@contextlib.contextmanager
+def under_lease(run_id: int, owner: str) -> Iterator[None]:
+    """A transaction in which ``owner`` holds the run's unexpired lease, the run's row locked
+    until it ends; ``LeaseLost`` (and nothing written) when it does not. On SQLite the
+    transaction is IMMEDIATE (settings), which locks the whole database instead."""
+    with transaction.atomic():
+        held = (
+            Run.objects.select_for_update()
+            .filter(pk=run_id, lease_owner=owner, lease_expires_at__gt=timezone.now())
+            .values_list("pk", flat=True)
+        )
+        if not list(held):
+            raise LeaseLost(f"run {run_id}: the lease is not held by {owner}")
+        yield
+
+
+def fenced(write: Callable[Concatenate[int, str, P], R]) -> Callable[Concatenate[int, str, P], R]:
+    """``write(run_id, owner, ...)`` under the run's lease (``under_lease``)."""
+
+    @functools.wraps(write)
+    def guarded(run_id: int, owner: str, *args: P.args, **kwargs: P.kwargs) -> R:
+        with under_lease(run_id, owner):
+            return write(run_id, owner, *args, **kwargs)
+
+    return guarded
+
 
 def load_run(run_id: int) -> Run | None:
     return Run.objects.filter(pk=run_id).first()
 
 
-def save_run(run_id: int, owner: str, **fields: Any) -> bool:
-    """Update the run while we hold its lease; False (nothing written) when we do not."""
-    return Run.objects.filter(pk=run_id, lease_owner=owner).update(**fields) == 1
+@fenced
+def save_run(run_id: int, owner: str, **fields: Any) -> None:
+    Run.objects.filter(pk=run_id).update(**fields)
 
 
+@fenced
 def insert_decisions(
-    run_id: int, step: int, decisions: Sequence[tuple[Decision, datetime]]
+    run_id: int, owner: str, step: int, decisions: Sequence[tuple[Decision, datetime]]
 ) -> list[int]:
+    """The decisions, each marked with the host that made it."""
     rows = DecisionRow.objects.bulk_create(
-        [decision_row(run_id, step, decision, at) for decision, at in decisions]
+        [decision_row(run_id, step, decision, at, host=owner) for decision, at in decisions]
     )
     return [row.pk for row in rows]
 
 
-def decision_row(run_id: int, step: int, decision: Decision, at: datetime) -> DecisionRow:
+def decision_row(
+    run_id: int, step: int, decision: Decision, at: datetime, *, host: str = ""
+) -> DecisionRow:
     return DecisionRow(
         run_id=run_id,
+        host=host,
         at=at,
         step=step,
         kind=decision.kind.value,
@@ -66,22 +114,21 @@ def decision_row(run_id: int, step: int, decision: Decision, at: datetime) -> De
     )
 
 
-def insert_samples(rows: Sequence[EngineSample]) -> None:
+@fenced
+def insert_samples(run_id: int, owner: str, rows: Sequence[EngineSample]) -> None:
     EngineSample.objects.bulk_create(rows)
 
 
+@fenced
 def insert_step(
     run_id: int, owner: str, report: StepReport, started: datetime, written: datetime
-) -> bool:
+) -> None:
     """The step's record and the run's position, in one transaction: a resumed run starts
     after the last step recorded here."""
-    with transaction.atomic():
-        if not save_run(run_id, owner, step=report.step):
-            return False
-        StepRecord.objects.update_or_create(
-            run_id=run_id, step=report.step, defaults=step_fields(report, started, written)
-        )
-    return True
+    Run.objects.filter(pk=run_id).update(step=report.step)
+    StepRecord.objects.update_or_create(
+        run_id=run_id, step=report.step, defaults=step_fields(report, started, written)
+    )
 
 
 def step_fields(report: StepReport, started: datetime, written: datetime) -> dict[str, Any]:
@@ -106,7 +153,10 @@ def step_fields(report: StepReport, started: datetime, written: datetime) -> dic
     }
 
 
-def insert_eval(run_id: int, report: EvalReport, started: datetime, finished: datetime) -> None:
+@fenced
+def insert_eval(
+    run_id: int, owner: str, report: EvalReport, started: datetime, finished: datetime
+) -> None:
     EvalRecord.objects.update_or_create(
         run_id=run_id,
         wave=report.wave,
@@ -126,8 +176,11 @@ def pending_overrides(run_id: int) -> list[Override]:
     return list(Override.objects.filter(run_id=run_id, applied_at__isnull=True, error=""))
 
 
-def settle_override(override_id: int, *, decision_id: int | None = None, error: str = "") -> None:
-    Override.objects.filter(pk=override_id).update(
+@fenced
+def settle_override(
+    run_id: int, owner: str, override_id: int, *, decision_id: int | None = None, error: str = ""
+) -> None:
+    Override.objects.filter(pk=override_id, run_id=run_id).update(
         applied_at=timezone.now() if not error else None, decision_id=decision_id, error=error
     )
 
@@ -140,13 +193,15 @@ def acked_version(run_id: int, step: int) -> int | None:
     )
 
 
-def record_engine_health(health: dict[str, dict[str, Any]]) -> None:
+@fenced
+def record_engine_health(run_id: int, owner: str, health: dict[str, dict[str, Any]]) -> None:
     """The last poll's view of each registered engine, by name."""
     now = timezone.now()
     for name, figures in health.items():
         Engine.objects.filter(name=name).update(last_health=figures, last_seen_at=now)
 
 
+@fenced
 def recover_steps(run_id: int, owner: str, steps_dir: Path, written: Iterable[int]) -> int:
     """Records for steps on disk that the database never heard of (the worker died between
     the two writes), rebuilt from their samples; the last step recorded afterwards."""
@@ -180,5 +235,5 @@ def recover_steps(run_id: int, owner: str, steps_dir: Path, written: Iterable[in
             path=str(steps_dir / f"{step:06d}"),
         )
     last = max(known | set(written), default=0)
-    save_run(run_id, owner, step=last)
+    Run.objects.filter(pk=run_id).update(step=last)
     return last

@@ -1,0 +1,119 @@
+"""Two hosts for one run: a host that stalls past its lease (SIGSTOP, or a database
+connection that hangs without a reset) while another takes the run over. The stalled host must
+write nothing more once its lease could have passed on: no decision in the next host's
+timeline, no step file, no step record."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from controlplane.runs.models import Decision, Run, RunState, StepRecord
+from controlplane.runs.services import enqueue, override_create
+from tests.integration.hosting import (
+    DbWorker,
+    run_document,
+    sim_engines,
+    start_worker,
+    stop_worker,
+    wait_for,
+)
+from workers.runtime.lease import LEASE_TTL_S, SWEEP_S
+
+pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
+
+STALL_S = 32.0  # past the lease (20 s): the run is another host's by the time it wakes
+FAILOVER_S = LEASE_TTL_S + SWEEP_S + 5.0  # the issue's bound: a lease, a sweep, 5 s
+
+
+def hosts_in_order(run: Run) -> list[str]:
+    """The hosts of the run's decisions in the order they were written, runs of one merged:
+    one entry per tenure, so a host that wrote after losing its lease shows up twice."""
+    order: list[str] = []
+    for host in Decision.objects.filter(run=run).order_by("id").values_list("host", flat=True):
+        if not order or order[-1] != host:
+            order.append(host)
+    return order
+
+
+def step_groups(steps_dir: Path) -> dict[int, list[str]]:
+    found = {}
+    for folder in steps_dir.iterdir():
+        if folder.name.isdigit():
+            lines = (folder / "samples.jsonl").read_text().splitlines()
+            found[int(folder.name)] = [json.loads(line)["group_id"] for line in lines]
+    return found
+
+
+def assert_written_once(run: Run, steps_dir: Path, group_size: int) -> None:
+    on_disk = step_groups(steps_dir)
+    assert sorted(on_disk) == list(range(1, max(on_disk) + 1))
+    groups = [group for step in on_disk.values() for group in step]
+    assert len(groups) == group_size * len(set(groups)), "a group was written in two steps"
+    records = list(
+        StepRecord.objects.filter(run=run).order_by("step").values_list("step", flat=True)
+    )
+    assert records == sorted(on_disk)
+    assert not [p for p in steps_dir.iterdir() if not p.name.isdigit()]
+
+
+def host_of(run: Run, first: DbWorker, second: DbWorker) -> DbWorker:
+    owner = Run.objects.get(pk=run.pk).lease_owner
+    return first if owner.startswith(f"{first.name}-") else second
+
+
+def stop_run(run: Run) -> None:
+    run.refresh_from_db()
+    if not run.is_ended:
+        override_create(run=run, created_by=None, mode="stop", reason="test over")
+    wait_for(lambda: Run.objects.get(pk=run.pk).state in RunState.ended(), 90, "the run to end")
+
+
+def test_a_host_stopped_past_its_lease_writes_nothing_into_the_next_hosts_run(
+    tmp_path: Path, queue: str, runs_dir: Path
+) -> None:
+    with sim_engines(tmp_path, 2) as engines:
+        document = run_document(engines, max_steps=10_000)
+        run = Run.objects.create(name="stalled", config=document, state=RunState.QUEUED)
+        steps_dir = runs_dir / str(run.pk) / "steps"
+        first = start_worker(tmp_path, "first", queue, runs_dir)
+        second = None
+        try:
+            enqueue(run.pk)
+            wait_for(lambda: StepRecord.objects.filter(run=run).count() >= 2, 120, "two steps")
+            second = start_worker(tmp_path, "second", queue, runs_dir)
+            os.killpg(first.process.pid, signal.SIGSTOP)
+            stalled_at = time.monotonic()
+            wait_for(
+                lambda: Decision.objects.filter(run=run, kind="restore").exists(),
+                FAILOVER_S + 10,
+                "the second worker to restore the run",
+            )
+            failover_s = time.monotonic() - stalled_at
+            time.sleep(max(0.0, STALL_S - (time.monotonic() - stalled_at)))
+            os.killpg(first.process.pid, signal.SIGCONT)
+            time.sleep(5.0)  # the woken host's reporter and heartbeat have run by now
+            steps_now = StepRecord.objects.filter(run=run).count()
+            wait_for(
+                lambda: StepRecord.objects.filter(run=run).count() >= steps_now + 2,
+                60,
+                "the second worker to go on",
+            )
+            stop_run(run)
+        finally:
+            for worker in (first, second):
+                if worker is not None and worker.process.poll() is None:
+                    os.killpg(worker.process.pid, signal.SIGCONT)
+                    stop_worker(worker)
+    order = hosts_in_order(run)
+    assert len(order) == 2 and order[0].startswith("first-") and order[1].startswith("second-"), (
+        order
+    )
+    assert failover_s <= FAILOVER_S + 2, failover_s
+    assert_written_once(run, steps_dir, group_size=4)
+    assert "FileExistsError" not in second.log() and "FileNotFoundError" not in first.log()
