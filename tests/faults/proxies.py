@@ -1,10 +1,14 @@
 """Proxies that break a connection on demand, run as their own processes by the fault tests.
 
     python -m tests.faults.proxies tcp --port P --upstream HOST:PORT --fault FILE
+    python -m tests.faults.proxies hold --port P --upstream HOST:PORT --fault FILE
     python -m tests.faults.proxies metrics --port P --upstream URL --fault FILE
 
 ``tcp`` passes bytes both ways; while FILE exists it refuses new connections and drops the
-ones it holds, which is how a database server that went away looks to its clients. ``metrics``
+ones it holds, which is how a database server that went away looks to its clients. ``hold``
+passes bytes too, but while FILE exists it holds them, both ways, and closes nothing: new
+connections are accepted and wait; this is a partition that resets nothing, where every
+call of a client hangs (no error, no timeout but its own) until FILE is removed. ``metrics``
 is an HTTP/1.1 proxy in front of an engine; while FILE exists, ``/metrics`` is accepted and
 never answered (the hang of an overloaded API server), and everything else still passes.
 """
@@ -24,15 +28,17 @@ CHUNK = 65536
 
 
 class TcpProxy:
-    def __init__(self, upstream: tuple[str, int], fault: Path) -> None:
+    def __init__(self, upstream: tuple[str, int], fault: Path, *, hold: bool = False) -> None:
         self.upstream = upstream
         self.fault = fault
+        self.hold = hold
         self.open: set[asyncio.StreamWriter] = set()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.fault.exists():
+        if self.fault.exists() and not self.hold:
             writer.close()
             return
+        await self.held()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -40,28 +46,33 @@ class TcpProxy:
             return
         self.open |= {writer, up_writer}
         try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await asyncio.gather(self.pipe(reader, up_writer), self.pipe(up_reader, writer))
         finally:
             for end in (writer, up_writer):
                 self.open.discard(end)
                 end.close()
 
+    async def held(self) -> None:
+        """Return at once, or (``hold``) once the fault is over."""
+        while self.hold and self.fault.exists():
+            await asyncio.sleep(CHECK_S)
+
+    async def pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(CHUNK):
+                await self.held()
+                writer.write(data)
+                await writer.drain()
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+            writer.write_eof()
+
     async def watch(self) -> None:
         while True:
             await asyncio.sleep(CHECK_S)
-            if self.fault.exists():
+            if self.fault.exists() and not self.hold:
                 for end in list(self.open):
                     end.transport.abort()
                 self.open.clear()
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError, OSError):
-        while data := await reader.read(CHUNK):
-            writer.write(data)
-            await writer.drain()
-    with contextlib.suppress(ConnectionError, OSError, RuntimeError):
-        writer.write_eof()
 
 
 class MetricsProxy:
@@ -132,15 +143,15 @@ async def _read_request(
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=("tcp", "metrics"))
+    parser.add_argument("kind", choices=("tcp", "hold", "metrics"))
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--fault", type=Path, required=True)
     args = parser.parse_args()
     watchers: list[asyncio.Future[None]] = []
-    if args.kind == "tcp":
+    if args.kind in ("tcp", "hold"):
         host, port = args.upstream.rsplit(":", 1)
-        tcp = TcpProxy((host, int(port)), args.fault)
+        tcp = TcpProxy((host, int(port)), args.fault, hold=args.kind == "hold")
         watchers.append(asyncio.ensure_future(tcp.watch()))
         server = await asyncio.start_server(tcp.serve, "127.0.0.1", args.port)
     else:

@@ -15,9 +15,11 @@ import pytest
 
 from controlplane.runs.models import Decision, Run, RunState, StepRecord
 from controlplane.runs.services import enqueue, override_create
+from tests.faults.conftest import proxy
 from tests.integration.hosting import (
     DbWorker,
     run_document,
+    session_database_url,
     sim_engines,
     start_worker,
     stop_worker,
@@ -115,5 +117,57 @@ def test_a_host_stopped_past_its_lease_writes_nothing_into_the_next_hosts_run(
         order
     )
     assert failover_s <= FAILOVER_S + 2, failover_s
+    assert_written_once(run, steps_dir, group_size=4)
+    assert "FileExistsError" not in second.log() and "FileNotFoundError" not in first.log()
+
+
+def test_a_host_whose_database_hangs_stops_by_its_own_deadline_and_another_takes_over(
+    tmp_path: Path, queue: str, runs_dir: Path
+) -> None:
+    with sim_engines(tmp_path, 2) as engines, proxy("hold", "127.0.0.1:5432", tmp_path) as db:
+        document = run_document(engines, max_steps=10_000)
+        run = Run.objects.create(name="hung-db", config=document, state=RunState.QUEUED)
+        steps_dir = runs_dir / str(run.pk) / "steps"
+        proxied = session_database_url(port=db.port)
+        first = start_worker(tmp_path, "first", queue, runs_dir, DATABASE_URL=proxied)
+        second = None
+        try:
+            enqueue(run.pk)
+            wait_for(lambda: StepRecord.objects.filter(run=run).count() >= 2, 120, "two steps")
+            second = start_worker(tmp_path, "second", queue, runs_dir)
+            db.break_()
+            hung_at = time.monotonic()
+            wait_for(
+                lambda: "the lease could not be renewed in time" in first.log(),
+                LEASE_TTL_S,
+                "the hung host to stop by its own deadline",
+            )
+            stopped_s = time.monotonic() - hung_at
+            on_disk_at_stop = set(step_groups(steps_dir))
+            wait_for(
+                lambda: Decision.objects.filter(run=run, kind="restore").exists(),
+                FAILOVER_S + 10,
+                "the second worker to restore the run",
+            )
+            failover_s = time.monotonic() - hung_at
+            assert set(step_groups(steps_dir)) == on_disk_at_stop  # nobody wrote in between
+            assert host_of(run, first, second) is second
+            db.mend()  # what the hung host sent meanwhile reaches the database now
+            steps_now = StepRecord.objects.filter(run=run).count()
+            wait_for(
+                lambda: StepRecord.objects.filter(run=run).count() >= steps_now + 3,
+                60,
+                "the second worker to go on",
+            )
+            stop_run(run)
+        finally:
+            db.mend()
+            for worker in (first, second):
+                if worker is not None and worker.process.poll() is None:
+                    stop_worker(worker)
+    assert stopped_s < LEASE_TTL_S, stopped_s
+    assert failover_s <= FAILOVER_S, failover_s
+    order = hosts_in_order(run)
+    assert len(order) == 2 and order[1].startswith("second-"), order
     assert_written_once(run, steps_dir, group_size=4)
     assert "FileExistsError" not in second.log() and "FileNotFoundError" not in first.log()

@@ -7,7 +7,8 @@
 tensors padded on the right (``lengths`` gives each sample's own), and ``advantages``,
 ``rewards`` and ``policy_version`` per sample. A step is written into a temporary folder and
 renamed into place: a reader (a trainer, a resumed run) sees a step whole or not at all, and
-a step already there is never written again.
+a step already there is never written again. The writer's ``fence`` is called right before
+the rename: a host whose tenure ended while it was writing leaves no step behind.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,7 +31,9 @@ _PARTIAL = ".partial-"  # prefix of a step still being written
 
 
 class TorchBatchWriter:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, fence: Callable[[], None] = lambda: None) -> None:
+        """``fence`` raises when the step must not be put in place after all."""
+        self._fence = fence
         self.steps_dir = root / "steps"
         self.steps_dir.mkdir(parents=True, exist_ok=True)
         for leftover in self.steps_dir.glob(f"{_PARTIAL}*"):
@@ -56,6 +60,7 @@ class TorchBatchWriter:
                     lines.write(json.dumps(sample_record(batch, sample)) + "\n")
                 _sync(lines)
             _sync_dir(partial)
+            self._fence()
             partial.rename(final)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)

@@ -12,6 +12,13 @@ again. It ends in one of three ways: its last step (completed), a failure (faile
 reason), or a stop: an operator's (cancelled, or paused), the worker's shutdown (queued again,
 for the next worker at once), or the lease lost to another host (nothing written: the run is
 someone else's now).
+
+The host acts on its run only within its tenure (``workers.runtime.tenure``): the lease's
+renewal is sent from a database thread of its own, so a flush stuck on a hung connection
+cannot hold it up, and the heartbeat never waits on it. When the tenure's local deadline
+passes without a successful renewal, the host abandons the run at once: the orchestrator is
+cancelled (its engine requests aborted), a batch being written is not renamed into place,
+nothing buffered is written, and nothing waits on the database on the way out.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from workers.runtime.foreground import CONNECTIONS_SPARE, EnginePoll
 from workers.runtime.reporter import RunReporter
 from workers.runtime.reporting import FanOut
 from workers.runtime.run_folders import run_folder
+from workers.runtime.tenure import Tenure, TenureLost
 from workers.runtime.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
@@ -83,8 +91,12 @@ class Host:
         self.run_id = run_id
         self.owner = owner
         self._db = ThreadPoolExecutor(1, thread_name_prefix=f"run-{run_id}-db")
+        self._lease_db = ThreadPoolExecutor(1, thread_name_prefix=f"run-{run_id}-lease")
         self._clock = MonotonicClock()
+        self.tenure = Tenure(self._clock, taken_at=self._clock.now())
         self.orchestrator: Orchestrator | None = None
+        self._driving: asyncio.Task[RunResult] | None = None  # the orchestrator's run
+        self._beating: asyncio.Task[None] | None = None  # the heartbeat, while the lease is ours
         self._last_poll_at: float | None = None
         self._failure = ""  # why the engines could not be used, when they could not
 
@@ -97,16 +109,25 @@ class Host:
 
     async def run(self) -> str:
         try:
+            asked_at = self._clock.now()
             if not await self.call(lease.take, self.run_id, self.owner):
                 return f"run {self.run_id} is hosted elsewhere or has ended"
+            self.tenure = Tenure(self._clock, taken_at=asked_at)
+            self._beating = asyncio.ensure_future(self._heartbeat())
             try:
                 return await self._hosted()
-            except store.LeaseLost:
-                logger.warning("host: run %d: %s", self.run_id, LEASE_LOST)
+            except (store.LeaseLost, TenureLost) as lost:
+                self.tenure.lose(str(lost))
+                logger.warning("host: run %d: %s (%s)", self.run_id, LEASE_LOST, lost)
                 return LEASE_LOST
         finally:
-            await self.call(_close_connection)
-            self._db.shutdown(wait=True)
+            self._stop_heartbeat()
+            # A host that lost its tenure may have a database thread stuck on a hung
+            # connection: it closes its connection whenever that call returns, unwaited.
+            held = self.tenure.held
+            for executor in (self._db, self._lease_db):
+                executor.submit(_close_connection)
+                executor.shutdown(wait=held)
 
     async def _hosted(self) -> str:
         run: Run = await self.call(store.load_run, self.run_id)
@@ -150,7 +171,7 @@ class Host:
         session: aiohttp.ClientSession,
     ) -> str:
         output = run_folder(Path(settings.PACER_RUNS_DIR), self.run_id, config.output_dir)
-        writer = TorchBatchWriter(output)
+        writer = TorchBatchWriter(output, fence=self.tenure.check)
         last = await self.call(
             store.recover_steps, self.run_id, self.owner, writer.steps_dir, writer.written_steps()
         )
@@ -172,7 +193,8 @@ class Host:
             clock=self._clock,
             send=_channel_send(),
             registered=registered,
-            on_lease_lost=lambda reason: self._stop(LEASE_LOST),
+            tenure=self.tenure,
+            on_lease_lost=self._abandon,
         )
         if restored is not None:
             reporter.decisions((restored,))
@@ -216,10 +238,10 @@ class Host:
             background = [
                 asyncio.ensure_future(reporter.run()),
                 asyncio.ensure_future(commands.run()),
-                asyncio.ensure_future(self._heartbeat()),
             ]
+            self._driving = asyncio.ensure_future(orchestrator.run())
             try:
-                result = await orchestrator.run()
+                result = await self._result(self._driving)
             finally:
                 for task in background:
                     task.cancel()
@@ -227,9 +249,20 @@ class Host:
                 if stuck:  # a run must end even when a helper task will not
                     logger.error("host: %d background tasks did not stop", len(stuck))
                 wandb.close()
+            self.tenure.check()  # abandoned: nothing more is written, nothing waited on
             reporter.set_live(self._live(controller, None))
             await reporter.close()
         return await self._finish(result, commands.ending)
+
+    async def _result(self, driving: asyncio.Task[RunResult]) -> RunResult:
+        """The orchestrator's result; ``TenureLost`` when the host abandoned it."""
+        try:
+            return await driving
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if (current is not None and current.cancelling()) or self.tenure.held:
+                raise
+        raise TenureLost(self.tenure.lost or "the lease could not be renewed in time")
 
     def _controller(self, config: RunConfig, run: Run) -> tuple[Controller | ObserveOnly, Any]:
         if run.controller_state is None:
@@ -275,28 +308,47 @@ class Host:
         }
 
     async def _heartbeat(self) -> None:
-        """Renew the lease; stop driving the run once it cannot be renewed in time (lost to
-        another host, or the database away for longer than the lease lasts)."""
-        last_renewed = self._clock.now()
+        """Renew the lease every ``LEASE_RENEW_S`` from the lease's own database thread, and
+        abandon the run once the tenure ends: another host holds the lease, or no renewal
+        succeeded in time (the database away or hung for longer than the lease lasts). A
+        renewal that hangs is never waited on: the tenure's deadline runs on regardless."""
+        loop = asyncio.get_running_loop()
+        renewal: asyncio.Future[bool] | None = None
+        sent_at = next_at = self._clock.now()
         while True:
             await asyncio.sleep(SHUTDOWN_CHECK_S)
             if SHUTDOWN.is_set():
                 self._stop(WORKER_SHUTDOWN)
-                continue
-            if self._clock.now() - last_renewed < lease.LEASE_RENEW_S:
-                continue
-            try:
-                renewed = await self.call(lease.renew, self.run_id, self.owner)
-            except Exception:
-                logger.warning("host: lease renewal failed", exc_info=True)
-                renewed = None
-            if renewed:
-                last_renewed = self._clock.now()
-            elif (
-                renewed is False
-                or self._clock.now() - last_renewed > lease.LEASE_TTL_S - lease.LEASE_RENEW_S
-            ):
-                self._stop(LEASE_LOST)
+            if renewal is not None and renewal.done():
+                try:
+                    if renewal.result():
+                        self.tenure.renewed(sent_at)
+                    else:
+                        self.tenure.lose(LEASE_LOST)
+                except Exception:
+                    logger.warning("host: lease renewal failed", exc_info=True)
+                renewal = None
+            if not self.tenure.held:
+                self._abandon(self.tenure.lost or "the lease could not be renewed in time")
+                return
+            now = self._clock.now()
+            if renewal is None and now >= next_at:
+                sent_at, next_at = now, now + lease.LEASE_RENEW_S
+                renewal = loop.run_in_executor(
+                    self._lease_db, _reconnecting, lease.renew, (self.run_id, self.owner), {}
+                )
+
+    def _stop_heartbeat(self) -> None:
+        if self._beating is not None:
+            self._beating.cancel()
+            self._beating = None
+
+    def _abandon(self, reason: str) -> None:
+        """The tenure is over: stop driving the run now, mid-step if need be."""
+        self.tenure.lose(reason)
+        logger.warning("host: run %d abandoned: %s", self.run_id, reason)
+        if self._driving is not None:
+            self._driving.cancel()
 
     def _stop(self, reason: str) -> None:
         if self.orchestrator is not None:
@@ -330,6 +382,7 @@ class Host:
 
     async def _end(self, state: RunState, error: str, **fields: Any) -> str:
         """Release the lease with the run's new state; nothing is in flight any more."""
+        self._stop_heartbeat()
         ended = state in RunState.ended()
         released = await self.call(
             lease.release,

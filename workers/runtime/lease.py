@@ -18,10 +18,11 @@ from django.utils import timezone
 
 from controlplane.runs.models import Run, RunState
 
-# A dead worker's run waits at most this long (plus a sweep) before another takes it; a live
-# worker renews five times within it, so one slow renewal is no loss of the lease.
+# A dead worker's run waits at most this long (plus a sweep) before another takes it.
 LEASE_TTL_S = 20.0
-LEASE_RENEW_S = 4.0
+# A live host renews seven times within its tenure (the TTL less workers.runtime.tenure's
+# margin, 15 s), so a database away for 10 s, or a few slow renewals, cost no lease.
+LEASE_RENEW_S = 2.0
 SWEEP_S = 5.0  # how often each worker looks for runs to queue again
 # A queued run whose task nobody took for this long lost it (a broker restart) and is sent
 # again; a duplicate is harmless, since the lease admits one host.

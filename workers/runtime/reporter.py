@@ -9,10 +9,11 @@ alert), and decisions are kept. Live events carry the database id of what they s
 browser that reconnects and reads the API's history can merge without duplicates; they go out
 right after the rows are stored.
 
-Every flush is one transaction under the run's lease (``store.under_lease``): a host that
-lost its lease (stalled, or its database hung) drops what it holds instead of writing it into
-the next host's timeline. The next host continues from the last step recorded, so nothing the
-run needs is lost with them: the dropped rows are decisions and samples of a tenure that had
+Every flush is one transaction under the run's lease (``store.under_lease``), and none starts
+once the host's tenure is over (``workers.runtime.tenure``): a host that lost its lease
+(stalled, or its database hung) drops what it holds instead of writing it into the next
+host's timeline. The next host continues from the last step recorded, so nothing the run
+needs is lost with them: the dropped rows are decisions and samples of a tenure that had
 already ended.
 """
 
@@ -40,6 +41,7 @@ from workers.core.decisions import Decision
 from workers.core.orchestrator.batches import EvalReport, StepReport
 from workers.core.samples import LoadSample
 from workers.runtime import store
+from workers.runtime.tenure import Tenure
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +73,11 @@ class RunReporter:
         clock: Clock,
         send: Send | None,
         registered: dict[str, str] | None = None,
+        tenure: Tenure | None = None,
         on_lease_lost: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.run_id = run_id
+        self._tenure = tenure
         self._on_lease_lost = on_lease_lost
         self.lease_lost: str | None = None  # why nothing more is written, once it is so
         self._owner = owner
@@ -224,6 +228,9 @@ class RunReporter:
 
     async def _flush(self) -> bool:
         if self.lease_lost is not None:
+            return False
+        if self._tenure is not None and not self._tenure.held:
+            self._lose(self._tenure.lost or "the lease could not be renewed in time")
             return False
         decisions = list(self._decisions)
         samples = list(self._samples)

@@ -171,11 +171,12 @@ class Orchestrator:
         try:
             async with self._loop:
                 self._accepting = True
-                self._top_up()
-                outcome, reason = await self._steps()
-                self._accepting = False
+                try:
+                    self._top_up()
+                    outcome, reason = await self._steps()
+                finally:  # a run cancelled (abandoned by its host) submits nothing either
+                    self._accepting = False
         except RunFailed as failed:
-            self._accepting = False
             return RunResult(RunOutcome.FAILED, str(failed), self._step, self._version)
         return RunResult(outcome, reason, self._step, self._version)
 
