@@ -196,6 +196,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 # duplicate, and kombu fails restoring it while Redis is away (the consumer then dies).
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Each worker also consumes a queue of its own: the sweep sends the runs it claims there, to
+# its own healthy worker rather than to whichever takes the shared queue (runtime/sweep.py).
+CELERY_WORKER_DIRECT = True
 # Threads, not processes: a run's host lives in a task for the whole run, and on a warm
 # shutdown (SIGTERM) each host must hear of it to hand its run back, which a thread does.
 CELERY_WORKER_POOL = "threads"

@@ -7,6 +7,7 @@ restart lost), and on shutdown tells the runs it hosts to hand themselves back.
 import logging
 import os
 import threading
+from typing import Any
 
 from celery import Celery
 from celery.signals import worker_ready, worker_shutting_down
@@ -21,10 +22,16 @@ logger = logging.getLogger(__name__)
 
 
 @worker_ready.connect
-def _start_sweep(**_: object) -> None:
+def _start_sweep(sender: Any, **_: object) -> None:
+    """``sender`` is the worker's consumer: its node name and how many tasks it runs at once."""
     from workers.runtime.sweep import sweep_forever
 
-    threading.Thread(target=sweep_forever, name="pacer-sweep", daemon=True).start()
+    threading.Thread(
+        target=sweep_forever,
+        args=(sender.hostname, sender.controller.concurrency),
+        name="pacer-sweep",
+        daemon=True,
+    ).start()
 
 
 @worker_shutting_down.connect

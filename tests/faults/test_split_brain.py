@@ -171,3 +171,56 @@ def test_a_host_whose_database_hangs_stops_by_its_own_deadline_and_another_takes
     assert len(order) == 2 and order[1].startswith("second-"), order
     assert_written_once(run, steps_dir, group_size=4)
     assert "FileExistsError" not in second.log() and "FileNotFoundError" not in first.log()
+
+
+def test_runs_of_a_host_whose_database_hangs_go_to_a_healthy_worker_not_back_to_it(
+    tmp_path: Path, queue: str, runs_dir: Path
+) -> None:
+    """The hung worker stays alive and consuming: a run sent to the shared queue could go
+    back to it. Every run must reach the healthy worker within a lease and a sweep."""
+    count = 4
+    with sim_engines(tmp_path, 2) as engines, proxy("hold", "127.0.0.1:5432", tmp_path) as db:
+        runs = [
+            Run.objects.create(
+                name=f"hung-db-{i}",
+                config=run_document(engines, max_steps=10_000),
+                state=RunState.QUEUED,
+            )
+            for i in range(count)
+        ]
+        proxied = session_database_url(port=db.port)
+        sick = start_worker(
+            tmp_path, "sick", queue, runs_dir, concurrency=2 * count, DATABASE_URL=proxied
+        )
+        healthy = None
+        try:
+            for run in runs:
+                enqueue(run.pk)
+            wait_for(
+                lambda: all(StepRecord.objects.filter(run=run).exists() for run in runs),
+                120,
+                "a step of every run",
+            )
+            healthy = start_worker(tmp_path, "healthy", queue, runs_dir, concurrency=2 * count)
+            db.break_()
+            hung_at = time.monotonic()
+
+            def moved() -> bool:
+                owners = Run.objects.filter(pk__in=[r.pk for r in runs]).values_list(
+                    "lease_owner", flat=True
+                )
+                return all(owner.startswith("healthy-") for owner in owners)
+
+            wait_for(moved, FAILOVER_S + 2, "every run to be hosted by the healthy worker")
+            failover_s = time.monotonic() - hung_at
+            db.mend()
+            for run in runs:
+                stop_run(run)
+        finally:
+            db.mend()
+            for worker in (sick, healthy):
+                if worker is not None and worker.process.poll() is None:
+                    stop_worker(worker)
+    assert failover_s <= FAILOVER_S, failover_s
+    for run in runs:
+        assert_written_once(run, runs_dir / str(run.pk) / "steps", group_size=4)

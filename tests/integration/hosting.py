@@ -94,10 +94,17 @@ def session_database_url(port: int | None = None) -> str:
 
 
 def start_worker(
-    folder: Path, name: str, queue: str, runs_dir: Path, **env_overrides: str
+    folder: Path,
+    name: str,
+    queue: str,
+    runs_dir: Path,
+    *,
+    concurrency: int = 2,
+    **env_overrides: str,
 ) -> DbWorker:
-    """A real Celery worker process on the test database, consuming ``queue`` only;
-    ``env_overrides`` (a proxied DATABASE_URL, another REDIS_URL) win over the defaults."""
+    """A real Celery worker process on the test database, consuming ``queue`` only (and its
+    own worker-direct queue), hosting up to ``concurrency`` runs; ``env_overrides`` (a
+    proxied DATABASE_URL, another REDIS_URL) win over the defaults."""
     log_path = folder / f"worker-{name}.log"
     env = {
         **os.environ,
@@ -118,7 +125,7 @@ def start_worker(
                 "-n",
                 f"{name}-{queue}@%h",
                 "--concurrency",
-                "2",
+                str(concurrency),
                 "-l",
                 "INFO",
             ],

@@ -80,10 +80,27 @@ ENGINE_RETRY_S = 5.0
 BACKGROUND_STOP_S = 10.0  # the reporter's last write, the command listener's unsubscribe
 
 
+_hosting = 0  # hostings under way in this process
+_hosting_lock = threading.Lock()
+
+
 def host_run(run_id: int, owner: str) -> str:
     """Host the run until it ends or is handed back; what became of it, for the task's result."""
-    with run_context(run_id):
-        return asyncio.run(Host(run_id, owner).run())
+    global _hosting
+    with _hosting_lock:
+        _hosting += 1
+    try:
+        with run_context(run_id):
+            return asyncio.run(Host(run_id, owner).run())
+    finally:
+        with _hosting_lock:
+            _hosting -= 1
+
+
+def hosted_here() -> int:
+    """How many runs this process hosts now (the sweep claims no more than its room)."""
+    with _hosting_lock:
+        return _hosting
 
 
 class Host:

@@ -67,10 +67,11 @@ def release(run_id: int, owner: str, **fields: object) -> bool:
     )
 
 
-def orphaned() -> list[int]:
+def orphaned(limit: int) -> list[int]:
     """Runs that need a task: hosted once and their lease expired, or without a lease and
-    sent ``REQUEUE_AFTER_S`` ago without being taken. Each is claimed by one UPDATE (lease
-    cleared, ``enqueued_at`` now), so of several sweeps at once one sends its task."""
+    sent ``REQUEUE_AFTER_S`` ago without being taken; at most ``limit``. Each is claimed by
+    one UPDATE (lease cleared, ``enqueued_at`` now), so of several sweeps at once one sends
+    its task."""
     now = timezone.now()
     expired = Q(state__in=HOSTABLE, lease_expires_at__lt=now)
     lost = Q(
@@ -78,8 +79,10 @@ def orphaned() -> list[int]:
         lease_expires_at__isnull=True,
         enqueued_at__lt=now - timedelta(seconds=REQUEUE_AFTER_S),
     )
-    found = []
-    for run_id in Run.objects.filter(expired | lost).values_list("pk", flat=True):
+    found: list[int] = []
+    for run_id in Run.objects.filter(expired | lost).order_by("pk").values_list("pk", flat=True):
+        if len(found) >= limit:
+            break
         claimed = Run.objects.filter(expired | lost, pk=run_id).update(
             enqueued_at=now, lease_owner="", lease_expires_at=None
         )
