@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,7 @@ class Host:
         self.orchestrator: Orchestrator | None = None
         self._driving: asyncio.Task[RunResult] | None = None  # the orchestrator's run
         self._beating: asyncio.Task[None] | None = None  # the heartbeat, while the lease is ours
+        self._ended_as: RunState | None = None  # the state the run was left in
         self._last_poll_at: float | None = None
         self._failure = ""  # why the engines could not be used, when they could not
 
@@ -374,48 +376,48 @@ class Host:
     async def _finish(self, result: RunResult, ending: list[int]) -> str:
         logger.info("host: run ended: %s (%s)", result.outcome.value, result.reason)
         if result.outcome is RunOutcome.COMPLETED:
-            outcome = await self._end(RunState.COMPLETED, "")
-        elif result.outcome is RunOutcome.FAILED:
-            outcome = await self._end(RunState.FAILED, result.reason)
-        elif result.reason == LEASE_LOST:
-            return LEASE_LOST
-        elif result.reason == WORKER_SHUTDOWN:
-            outcome = await self._hand_back()
-        elif result.reason == PAUSED_BY_OPERATOR:
-            outcome = await self._end(RunState.PAUSED, "")
-        else:
-            outcome = await self._end(
-                RunState.CANCELLED, result.reason if result.reason != STOPPED_BY_OPERATOR else ""
-            )
-        for override_id in ending:
-            await self.call(store.settle_override, self.run_id, self.owner, override_id)
+            return await self._end(RunState.COMPLETED, "", ending)
+        if result.outcome is RunOutcome.FAILED:
+            return await self._end(RunState.FAILED, result.reason, ending)
+        if result.reason == WORKER_SHUTDOWN:
+            return await self._hand_back(ending)
+        if result.reason == PAUSED_BY_OPERATOR:
+            return await self._end(RunState.PAUSED, "", ending)
+        error = result.reason if result.reason != STOPPED_BY_OPERATOR else ""
+        return await self._end(RunState.CANCELLED, error, ending)
+
+    async def _hand_back(self, ending: Sequence[int] = ()) -> str:
+        """Queue the run for the next worker at once, its state stored, unless a stop or a
+        pause came meanwhile (``store.end_run``)."""
+        outcome = await self._end(RunState.QUEUED, "", ending, enqueued_at=timezone.now())
+        if self._ended_as == RunState.QUEUED:
+            await asyncio.get_running_loop().run_in_executor(None, enqueue, self.run_id)
         return outcome
 
-    async def _hand_back(self) -> str:
-        """Queue the run for the next worker at once, its state stored."""
-        outcome = await self._end(RunState.QUEUED, "", enqueued_at=timezone.now())
-        await asyncio.get_running_loop().run_in_executor(None, enqueue, self.run_id)
-        return outcome
-
-    async def _end(self, state: RunState, error: str, **fields: Any) -> str:
+    async def _end(
+        self, state: RunState, error: str, ending: Sequence[int] = (), **fields: Any
+    ) -> str:
         """Release the lease with the run's new state; nothing is in flight any more."""
         self._stop_heartbeat()
-        ended = state in RunState.ended()
-        released = await self.call(
-            lease.release,
+        written = await self.call(
+            store.end_run,
             self.run_id,
             self.owner,
-            state=state,
-            error=error,
-            finished_at=timezone.now() if ended else None,
+            state,
+            error,
+            ending,
             inflight_train=0,
             inflight_eval=0,
             generation_tokens_per_s=0.0,
             **fields,
         )
-        if released:
-            await _send_state(self.run_id, state, error)
-        return f"run {self.run_id} {state}" + (f": {error}" if error else "")
+        if written is None:
+            return LEASE_LOST
+        self._ended_as = written
+        if written != state:
+            logger.info("host: run %d %s, not %s: an operator said so", self.run_id, written, state)
+        await _send_state(self.run_id, written, error)
+        return f"run {self.run_id} {written}" + (f": {error}" if error else "")
 
 
 def _reconnecting(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

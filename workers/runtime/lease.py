@@ -1,5 +1,6 @@
-"""One host per run: a lease in the run's row, taken, renewed and released by single
-conditional UPDATEs, so two workers racing for a run cannot both win.
+"""One host per run: a lease in the run's row, taken and renewed by single conditional
+UPDATEs, so two workers racing for a run cannot both win, and released with the run's new
+state by ``store.end_run``.
 
 A worker drives a run only while it holds an unexpired lease, and renews it every
 ``LEASE_RENEW_S``. Celery's own redelivery cannot do this job: with the Redis broker an
@@ -51,17 +52,6 @@ def renew(run_id: int, owner: str) -> bool:
     return (
         Run.objects.filter(pk=run_id, lease_owner=owner).update(
             lease_expires_at=now + timedelta(seconds=LEASE_TTL_S)
-        )
-        == 1
-    )
-
-
-def release(run_id: int, owner: str, **fields: object) -> bool:
-    """Give the lease up, writing ``fields`` (the run's new state) in the same UPDATE; False
-    when the lease was not ours any more, and nothing is written then."""
-    return (
-        Run.objects.filter(pk=run_id, lease_owner=owner).update(
-            lease_owner="", lease_expires_at=None, **fields
         )
         == 1
     )

@@ -30,7 +30,9 @@ from controlplane.runs.models import (
     EngineSample,
     EvalRecord,
     Override,
+    OverrideMode,
     Run,
+    RunState,
     StepRecord,
 )
 from workers.core.decisions import Decision
@@ -170,6 +172,47 @@ def insert_eval(
             "reward_mean": dict(report.reward_mean),
         },
     )
+
+
+def end_run(
+    run_id: int, owner: str, state: RunState, error: str, ending: Sequence[int], **fields: Any
+) -> RunState | None:
+    """Release the lease with the run's new state and settle the pause and stop commands
+    ``ending`` it, in one transaction; the state written, or None when the lease was not
+    ours any more (nothing written then).
+
+    A run handed back to the queue (its worker shutting down) with a stop or a pause stored
+    and not settled ends as that command asks instead, whether this host applied it too late
+    to end the run by it or never saw it: marking it applied and queueing the run would lose
+    it, and the next worker would run the run on."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner)
+        if not list(locked.values_list("pk", flat=True)):
+            return None
+        settled = Override.objects.filter(pk__in=list(ending), run_id=run_id)
+        if state == RunState.QUEUED:
+            commands = Override.objects.filter(
+                run_id=run_id,
+                mode__in=(OverrideMode.STOP, OverrideMode.PAUSE),
+                applied_at__isnull=True,
+                error="",
+            )
+            modes = set(commands.values_list("mode", flat=True))
+            if modes:
+                state = RunState.CANCELLED if OverrideMode.STOP in modes else RunState.PAUSED
+                settled = commands
+        ended = state in RunState.ended()
+        Run.objects.filter(pk=run_id).update(
+            lease_owner="",
+            lease_expires_at=None,
+            state=state,
+            error=error,
+            finished_at=now if ended else None,
+            **fields,
+        )
+        settled.update(applied_at=now)
+    return state
 
 
 def pending_overrides(run_id: int) -> list[Override]:
