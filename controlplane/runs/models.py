@@ -89,6 +89,8 @@ class Run(models.Model):
     # One host at a time: a worker drives the run only while its lease is unexpired.
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Hostings in a row that ended in an unexpected error; a step written starts it afresh.
+    host_failures = models.PositiveSmallIntegerField(default=0)
     # Live figures, kept by the worker for lists and detail pages.
     cap = models.PositiveIntegerField(null=True, blank=True)
     policy_cap = models.PositiveIntegerField(null=True, blank=True)  # differs while pinned

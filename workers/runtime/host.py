@@ -79,6 +79,11 @@ LEASE_LOST = "the lease was lost; another worker hosts the run now"
 ENGINE_PATIENCE_S = 120.0
 ENGINE_RETRY_S = 5.0
 BACKGROUND_STOP_S = 10.0  # the reporter's last write, the command listener's unsubscribe
+# An error no part of the run handles ends a hosting; the run is hosted again after a pause
+# (a full disk freed, a restarting service back), and fails with the error as its reason
+# once this many hostings in a row ended so. A step written in between counts afresh.
+HOST_ATTEMPTS = 3
+HOST_RETRY_S = 5.0
 
 
 _hosting = 0  # hostings under way in this process
@@ -139,6 +144,8 @@ class Host:
                 self.tenure.lose(str(lost))
                 logger.warning("host: run %d: %s (%s)", self.run_id, LEASE_LOST, lost)
                 return LEASE_LOST
+            except Exception as error:
+                return await self._unexpected(error)
         finally:
             self._stop_heartbeat()
             # A host that lost its tenure may have a database thread stuck on a hung
@@ -147,6 +154,28 @@ class Host:
             for executor in (self._db, self._lease_db):
                 executor.submit(_close_connection)
                 executor.shutdown(wait=held)
+
+    async def _unexpected(self, error: Exception) -> str:
+        """Host the run again after ``HOST_RETRY_S``, or fail it once ``HOST_ATTEMPTS``
+        hostings in a row ended in an error: a run that cannot be hosted must end, with its
+        reason, and a stop sent meanwhile must be able to end it (``store.end_run``)."""
+        logger.exception("host: run %d: hosting ended in an unexpected error", self.run_id)
+        failures = await self.call(store.count_host_failure, self.run_id, self.owner)
+        reason = f"{type(error).__name__}: {error}"
+        if failures >= HOST_ATTEMPTS:
+            return await self._end(
+                RunState.FAILED, f"hosting failed {failures} times in a row; the last: {reason}"
+            )
+        logger.warning(
+            "host: run %d: hosting failed (%d of %d), again in %g s: %s",
+            self.run_id,
+            failures,
+            HOST_ATTEMPTS,
+            HOST_RETRY_S,
+            reason,
+        )
+        await asyncio.sleep(HOST_RETRY_S)
+        return await self._hand_back()
 
     async def _hosted(self) -> str:
         run: Run = await self.call(store.load_run, self.run_id)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from controlplane.runs.models import (
@@ -127,7 +128,7 @@ def insert_step(
 ) -> None:
     """The step's record and the run's position, in one transaction: a resumed run starts
     after the last step recorded here."""
-    Run.objects.filter(pk=run_id).update(step=report.step)
+    Run.objects.filter(pk=run_id).update(step=report.step, host_failures=0)
     StepRecord.objects.update_or_create(
         run_id=run_id, step=report.step, defaults=step_fields(report, started, written)
     )
@@ -172,6 +173,13 @@ def insert_eval(
             "reward_mean": dict(report.reward_mean),
         },
     )
+
+
+@fenced
+def count_host_failure(run_id: int, owner: str) -> int:
+    """One more hosting of the run ended in an unexpected error: how many in a row now."""
+    Run.objects.filter(pk=run_id).update(host_failures=F("host_failures") + 1)
+    return Run.objects.values_list("host_failures", flat=True).get(pk=run_id)
 
 
 def end_run(
