@@ -58,10 +58,13 @@ class Stack:
     token: str = ""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def start(self, name: str, *argv: str) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, *argv: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start a process of the stack, with the stack's environment or ``env``."""
         log = (self.folder / f"{name}.log").open("wb")
         process = subprocess.Popen(
-            argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            argv, cwd=ROOT, env=env or self.env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
         self.processes.append(process)

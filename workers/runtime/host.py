@@ -160,6 +160,8 @@ class Host:
         hostings in a row ended in an error: a run that cannot be hosted must end, with its
         reason, and a stop sent meanwhile must be able to end it (``store.end_run``)."""
         logger.exception("host: run %d: hosting ended in an unexpected error", self.run_id)
+        if not self.tenure.held:
+            return LEASE_LOST  # the run is not ours to count against or to end
         failures = await self.call(store.count_host_failure, self.run_id, self.owner)
         reason = f"{type(error).__name__}: {error}"
         if failures >= HOST_ATTEMPTS:
@@ -218,6 +220,7 @@ class Host:
         model: str,
         session: aiohttp.ClientSession,
     ) -> str:
+        self.tenure.check()  # abandoned while the engines were being waited for
         output = run_folder(Path(settings.PACER_RUNS_DIR), self.run_id, config.output_dir)
         writer = TorchBatchWriter(output, fence=self.tenure.check)
         last = await self.call(
