@@ -148,23 +148,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": str(database_file.with_name(f"test_{database_file.name}"))
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # A connection that hangs (a partition that resets nothing) must not hold what it locked:
-    # the server ends a session left idle inside a transaction after this long, so a hung
-    # host's lock on its run's row (store.under_lease) cannot keep the next host out. Far
-    # above any pause inside Pacer's own transactions (milliseconds), and well inside the
-    # lease's TTL (20 s), so the next host takes over within a lease and a sweep.
-    PACER_PG_IDLE_IN_TRANSACTION_S = int(env_str("PACER_PG_IDLE_IN_TRANSACTION_S", "10"))
     # A connection attempt to an unreachable server gives up after this long (libpq's
     # default is to wait for the operating system, minutes).
     PACER_PG_CONNECT_TIMEOUT_S = int(env_str("PACER_PG_CONNECT_TIMEOUT_S", "10"))
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {
-            "connect_timeout": PACER_PG_CONNECT_TIMEOUT_S,
-            "options": (
-                f"-c idle_in_transaction_session_timeout={PACER_PG_IDLE_IN_TRANSACTION_S}s"
-            ),
-        }
-    )
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = PACER_PG_CONNECT_TIMEOUT_S
+# A host's transaction that locks its run's row (workers/runtime/store.py) and then hangs (a
+# partition that resets nothing) is ended by PostgreSQL after this long idle, so the lock
+# cannot keep the next host out. Far above any pause inside those transactions
+# (milliseconds), and well inside the lease's TTL (20 s): the next host takes over within a
+# lease and a sweep.
+PACER_LOCK_IDLE_TIMEOUT_S = int(env_str("PACER_LOCK_IDLE_TIMEOUT_S", "10"))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CHANNEL_LAYERS = {

@@ -19,7 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -53,14 +54,26 @@ def under_lease(run_id: int, owner: str) -> Iterator[None]:
     until it ends; ``LeaseLost`` (and nothing written) when it does not. On SQLite the
     transaction is IMMEDIATE (settings), which locks the whole database instead."""
     with transaction.atomic():
-        held = (
-            Run.objects.select_for_update()
-            .filter(pk=run_id, lease_owner=owner, lease_expires_at__gt=timezone.now())
-            .values_list("pk", flat=True)
-        )
-        if not list(held):
+        if not _lock_run(run_id, owner, unexpired=True):
             raise LeaseLost(f"run {run_id}: the lease is not held by {owner}")
         yield
+
+
+def _lock_run(run_id: int, owner: str, *, unexpired: bool) -> bool:
+    """Lock the run's row for the transaction under way if ``owner`` holds its lease
+    (``unexpired``: a lease not yet expired). On PostgreSQL the transaction is also ended by
+    the server should it idle past PACER_LOCK_IDLE_TIMEOUT_S (a host whose connection hung
+    mid-transaction must not keep the lock)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SET LOCAL idle_in_transaction_session_timeout = %s",
+                [f"{settings.PACER_LOCK_IDLE_TIMEOUT_S}s"],
+            )
+    held = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner)
+    if unexpired:
+        held = held.filter(lease_expires_at__gt=timezone.now())
+    return bool(list(held.values_list("pk", flat=True)))
 
 
 def fenced(write: Callable[Concatenate[int, str, P], R]) -> Callable[Concatenate[int, str, P], R]:
@@ -195,8 +208,7 @@ def end_run(
     it, and the next worker would run the run on."""
     now = timezone.now()
     with transaction.atomic():
-        locked = Run.objects.select_for_update().filter(pk=run_id, lease_owner=owner)
-        if not list(locked.values_list("pk", flat=True)):
+        if not _lock_run(run_id, owner, unexpired=False):
             return None
         settled = Override.objects.filter(pk__in=list(ending), run_id=run_id)
         if state == RunState.QUEUED:
