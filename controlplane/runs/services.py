@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from controlplane.runs.control import publish_control
 from controlplane.runs.models import Engine, Override, OverrideMode, Run, RunState, StepRecord
+from controlplane.runs.queue import enqueue
 from controlplane.runs.selectors import trainer_mode
 from workers.core.config.engine_urls import engine_url_problem, host_allowed
 from workers.core.config.fields import ConfigError, FieldError
@@ -146,13 +147,6 @@ def run_create(
         run_id = run.pk
         transaction.on_commit(lambda: enqueue(run_id))
     return run
-
-
-def enqueue(run_id: int) -> None:
-    """Send the run's task; a run already hosted makes the task exit at once."""
-    from workers.tasks import run_execute
-
-    run_execute.delay(run_id)
 
 
 def override_create(

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from controlplane.runs import rollups
-from controlplane.runs.services import enqueue
+from controlplane.runs.queue import enqueue
 from workers.runtime import lease
 
 logger = logging.getLogger(__name__)
