@@ -21,7 +21,7 @@ def run_execute(self: Task, run_id: int) -> str:
     """Host a run until it ends or is handed back. Idempotent: a second delivery while a live
     host holds the run's lease, or after the run ended, returns at once. The message is
     acknowledged on receipt: a run whose worker dies is queued again by the lease's sweep."""
-    from controlplane.runs.services import enqueue
+    from controlplane.runs.queue import enqueue
     from workers.runtime.host import SHUTDOWN, host_run
 
     if SHUTDOWN.is_set():  # a worker shutting down hands runs on; it takes none

@@ -15,6 +15,10 @@ from django.db import models
 
 from controlplane.runs.consumers import run_group_name
 
+# An Idempotency-Key is a client's token for one create (a UUID, say); payment APIs take up
+# to 255 characters (Stripe's limit), and so does Pacer.
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+
 
 class EngineRoleChoice(models.TextChoices):
     UNIFIED = "unified", "Unified"
@@ -100,12 +104,22 @@ class Run(models.Model):
     # Raw engine samples before this were deleted by retention (runs.rollups); its rollups
     # hold them still, at 60 s and coarser.
     samples_pruned_before = models.DateTimeField(null=True, blank=True)
+    # The client's Idempotency-Key of the create that stored it: a retried create with the
+    # same key answers with this run rather than storing a second (services.run_create_once).
+    idempotency_key = models.CharField(max_length=IDEMPOTENCY_KEY_MAX_LENGTH, null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["state", "lease_expires_at"], name="run_state_lease"),
             models.Index(fields=["-created_at", "-id"], name="run_newest"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["created_by", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="one_run_per_idempotency_key",
+            )
         ]
 
     def __str__(self) -> str:

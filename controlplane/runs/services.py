@@ -3,13 +3,15 @@
 Each service checks what it is given, writes in one transaction and wakes a worker only once
 the transaction has committed, so a task never races the row it is about. Errors are typed:
 ``ConfigError`` for a config (field errors), ``InvalidCommand`` for a command wrong in itself
-(a 400), ``CommandRefused`` for one the run's state does not allow (a 409).
+(a 400), ``CommandRefused`` for one the run's state does not allow (a 409),
+``IdempotencyConflict`` for a create's key used before with another body (a 422).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,11 +20,12 @@ import httpx
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.runs.control import publish_control
 from controlplane.runs.models import Engine, Override, OverrideMode, Run, RunState, StepRecord
+from controlplane.runs.queue import enqueue
 from controlplane.runs.selectors import trainer_mode
 from workers.core.config.engine_urls import engine_url_problem, host_allowed
 from workers.core.config.fields import ConfigError, FieldError
@@ -40,6 +43,11 @@ class CommandRefused(Exception):
 
 class InvalidCommand(ValueError):
     """A command that is wrong in itself, whatever the run's state (the API's 400)."""
+
+
+class IdempotencyConflict(Exception):
+    """A create whose idempotency key an earlier create with another body used (the API's
+    422, as payment APIs answer a key reused with other parameters)."""
 
 
 def resolve_engines(config: RunConfig) -> tuple[RunConfig, list[str | None]]:
@@ -131,9 +139,15 @@ async def _preflight(config: RunConfig, names: list[str | None]) -> str:
 
 
 def run_create(
-    *, document: Mapping[str, Any], created_by: AbstractBaseUser | None, check_engines: bool = True
+    *,
+    document: Mapping[str, Any],
+    created_by: AbstractBaseUser | None,
+    check_engines: bool = True,
+    idempotency_key: str | None = None,
 ) -> Run:
-    """Store a checked run and queue it; ConfigError with every field error otherwise."""
+    """Store a checked run and queue it; ConfigError with every field error otherwise. The
+    task is sent once the run is stored, and a send that fails (Redis away) fails nothing:
+    the sweep sends the task of a queued run nobody took (``controlplane.runs.queue``)."""
     config = run_config_check(document, check_engines=check_engines)
     with transaction.atomic():
         run = Run.objects.create(
@@ -142,17 +156,63 @@ def run_create(
             created_by=created_by,
             state=RunState.QUEUED,
             enqueued_at=timezone.now(),
+            idempotency_key=idempotency_key,
         )
         run_id = run.pk
         transaction.on_commit(lambda: enqueue(run_id))
     return run
 
 
-def enqueue(run_id: int) -> None:
-    """Send the run's task; a run already hosted makes the task exit at once."""
-    from workers.tasks import run_execute
+def run_create_once(
+    *,
+    document: Mapping[str, Any],
+    created_by: AbstractBaseUser,
+    idempotency_key: str,
+    check_engines: bool = True,
+) -> tuple[Run, bool]:
+    """``run_create`` for a client that may retry: (the run, whether an earlier create made
+    it). The first create with a key stores the run with it; a later one with the same key
+    and the same document answers with that run, nothing checked, stored or sent again (its
+    engines may be away by then, and the first answer was given); with another document it
+    is an IdempotencyConflict. Keys are the user's own: one user's key never finds another's
+    run. Two creates with one key at once meet at the unique constraint, and the loser
+    answers as a retry would."""
+    earlier = _keyed_run(created_by, idempotency_key)
+    if earlier is None:
+        try:
+            run = run_create(
+                document=document,
+                created_by=created_by,
+                check_engines=check_engines,
+                idempotency_key=idempotency_key,
+            )
+        except IntegrityError:
+            earlier = _keyed_run(created_by, idempotency_key)
+            if earlier is None:
+                raise
+        else:
+            return run, False
+    if not same_document(earlier.config, document):
+        raise IdempotencyConflict(
+            f"Idempotency-Key {idempotency_key!r} was used for run {earlier.pk} with another "
+            "body: send the same body to retry that create, or a new key for a new run"
+        )
+    return earlier, True
 
-    run_execute.delay(run_id)
+
+def _keyed_run(user: AbstractBaseUser, key: str) -> Run | None:
+    return Run.objects.filter(created_by=user, idempotency_key=key).first()
+
+
+def same_document(stored: object, sent: object) -> bool:
+    """Whether two config documents are the same JSON: key order aside, but ``1`` is not
+    ``1.0`` nor ``true`` (Python's ``==`` would say they are). What JSON cannot hold (a
+    TOML date) is compared by its repr, so it is never the same as what was stored."""
+
+    def canonical(document: object) -> str:
+        return json.dumps(document, sort_keys=True, default=repr)
+
+    return canonical(stored) == canonical(sent)
 
 
 def override_create(

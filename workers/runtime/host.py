@@ -39,7 +39,8 @@ from django.utils import timezone
 
 from controlplane.runs.consumers import run_group_name
 from controlplane.runs.models import Run, RunState
-from controlplane.runs.services import enqueue, run_config_resolve
+from controlplane.runs.queue import enqueue
+from controlplane.runs.services import run_config_resolve
 from inference.engine_http import engine_http_client, rollout_session
 from inference.metrics.client import MetricsClient
 from inference.metrics.endpoints import EngineSpec

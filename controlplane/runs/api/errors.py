@@ -20,8 +20,13 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from controlplane.runs.api.exceptions import Conflict, PayloadTooLarge, too_large_text
-from controlplane.runs.services import CommandRefused, InvalidCommand
+from controlplane.runs.api.exceptions import (
+    Conflict,
+    IdempotencyKeyReused,
+    PayloadTooLarge,
+    too_large_text,
+)
+from controlplane.runs.services import CommandRefused, IdempotencyConflict, InvalidCommand
 from workers.core.config.fields import ConfigError
 
 
@@ -55,6 +60,8 @@ def exception_handler(error: Exception, context: dict[str, Any]) -> Response | N
         error = exceptions.ValidationError({"body": [str(error)]})
     elif isinstance(error, CommandRefused):
         error = Conflict(str(error))
+    elif isinstance(error, IdempotencyConflict):
+        error = IdempotencyKeyReused(str(error))
     elif isinstance(error, RequestDataTooBig):
         error = PayloadTooLarge()
     response = drf_exception_handler(error, context)

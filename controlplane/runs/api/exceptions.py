@@ -23,3 +23,10 @@ class Conflict(exceptions.APIException):
 
     status_code = status.HTTP_409_CONFLICT
     default_code = "conflict"
+
+
+class IdempotencyKeyReused(exceptions.APIException):
+    """A create's Idempotency-Key was used before with another body."""
+
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_code = "idempotency_key_reused"

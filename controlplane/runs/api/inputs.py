@@ -4,6 +4,7 @@ bad one is a 400 naming the field, never a 500 from deeper down."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -12,7 +13,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 from rest_framework import serializers
 
-from controlplane.runs.models import Engine, OverrideMode, RunState
+from controlplane.runs.models import IDEMPOTENCY_KEY_MAX_LENGTH, Engine, OverrideMode, RunState
 from controlplane.runs.services import MAX_OVERRIDE_CAP
 from workers.core.config.fields import ConfigError, FieldError
 from workers.core.controller.overrides import MAX_PIN_TTL_S
@@ -21,6 +22,12 @@ from workers.core.decisions import DecisionKind
 # A config deeper than this is no config: the schema's deepest table is four levels down.
 MAX_CONFIG_DEPTH = 32
 MAX_ROW_ID = 2**63 - 1  # the largest id PostgreSQL's bigint holds
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# Printable ASCII without spaces: what a UUID, a hash or a client's own counter is written in,
+# and what any proxy passes on unchanged.
+IDEMPOTENCY_KEY_PATTERN = rf"^[!-~]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$"
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
 class CommaSeparatedChoices(serializers.CharField):
@@ -167,6 +174,24 @@ class EngineInput(serializers.ModelSerializer):
         super().__init__(*args, **kwargs)
         if self.instance is not None:
             self.fields["name"].read_only = True
+
+
+def idempotency_key(headers: Mapping[str, str]) -> str | None:
+    """The request's ``Idempotency-Key`` (None without one); a 400 at the header for one that
+    is empty, too long, or has spaces or characters past ASCII."""
+    key = headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    if _IDEMPOTENCY_KEY.fullmatch(key) is None:
+        raise serializers.ValidationError(
+            {
+                IDEMPOTENCY_HEADER: [
+                    f"must be 1 to {IDEMPOTENCY_KEY_MAX_LENGTH} printable ASCII characters "
+                    "without spaces (a UUID, say)"
+                ]
+            }
+        )
+    return key
 
 
 def check_storable(document: Any) -> None:

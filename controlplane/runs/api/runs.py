@@ -7,7 +7,7 @@ from typing import Any
 
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,10 +15,13 @@ from rest_framework.views import APIView
 
 from controlplane.runs import selectors, services
 from controlplane.runs.api.inputs import (
+    IDEMPOTENCY_HEADER,
+    IDEMPOTENCY_KEY_PATTERN,
     CommandInput,
     OverrideInput,
     RunFilters,
     check_storable,
+    idempotency_key,
 )
 from controlplane.runs.api.pagination import ByCreation, NewestFirst
 from controlplane.runs.api.parsers import BoundedJSONParser, TOMLParser
@@ -48,6 +51,9 @@ COMMAND_ERRORS = {
     409: OpenApiResponse(ErrorSerializer, "the run's state does not allow it"),
     429: OpenApiResponse(ThrottledSerializer, "too many commands; see Retry-After"),
 }
+
+# Says that a create's answer is an earlier create's (Stripe's name for it).
+REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 def get_run(run_id: int) -> Run:
@@ -91,9 +97,33 @@ class RunListApi(APIView):
         operation_id="runs_create",
         description="A run config as a JSON object, or as TOML text with `Content-Type: "
         "application/toml`; checked by the runtime's schema and against the engines (they "
-        "must answer and serve the model) before it is stored and queued.",
+        "must answer and serve the model) before it is stored and queued. With an "
+        "`Idempotency-Key`, a create can be retried safely: the same key with the same body "
+        "answers 201 with the run the first create stored (and `Idempotent-Replayed: true`), "
+        "the same key with another body 422.",
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_HEADER,
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="a key of the client's own for this create (a UUID, say), up to "
+                "255 printable ASCII characters; one run per key and user",
+                pattern=IDEMPOTENCY_KEY_PATTERN,
+            ),
+            OpenApiParameter(
+                REPLAYED_HEADER,
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="`true` when the key named an earlier create: its run, as it is",
+                response=[201],
+            ),
+        ],
         request={"application/json": OpenApiTypes.OBJECT, "application/toml": OpenApiTypes.STR},
-        responses={201: RunSerializer, **WRITE_ERRORS},
+        responses={
+            201: RunSerializer,
+            422: OpenApiResponse(ErrorSerializer, "the Idempotency-Key was used with another body"),
+            **WRITE_ERRORS,
+        },
         examples=[
             OpenApiExample(
                 "a small run",
@@ -109,11 +139,21 @@ class RunListApi(APIView):
         ],
     )
     def post(self, request: Request) -> Response:
+        key = idempotency_key(request.headers)
         document = request.data
         check_storable(document)
-        run = services.run_create(document=document, created_by=request.user)
+        replayed = False
+        if key is None:
+            run = services.run_create(document=document, created_by=request.user)
+        else:
+            run, replayed = services.run_create_once(
+                document=document, created_by=request.user, idempotency_key=key
+            )
         body = RunSerializer(run, context={"request": request}).data
-        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": body["url"]})
+        headers = {"Location": body["url"]}
+        if replayed:
+            headers[REPLAYED_HEADER] = "true"
+        return Response(body, status=status.HTTP_201_CREATED, headers=headers)
 
 
 class RunDetailApi(APIView):

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0005_sample_rollups"),
+        ("runs", "0006_run_idempotency_key"),
     ]
 
     operations = [

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0009_decision_host'),
+        ("runs", "0009_decision_host"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='host_failures',
+            model_name="run",
+            name="host_failures",
             field=models.PositiveSmallIntegerField(default=0),
         ),
     ]
