@@ -4,9 +4,11 @@ the lease where it changes the run, so a host that lost its lease writes nothing
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,9 @@ from controlplane.runs.models import (
 )
 from workers.core.decisions import Decision
 from workers.core.orchestrator.batches import EvalReport, StepReport
+from workers.runtime.batch_files import REPORT
+
+logger = logging.getLogger(__name__)
 
 
 def load_run(run_id: int) -> Run | None:
@@ -149,36 +154,72 @@ def record_engine_health(health: dict[str, dict[str, Any]]) -> None:
 
 def recover_steps(run_id: int, owner: str, steps_dir: Path, written: Iterable[int]) -> int:
     """Records for steps on disk that the database never heard of (the worker died between
-    the two writes), rebuilt from their samples; the last step recorded afterwards."""
+    the two writes), rebuilt from the report in each step's folder; the last step recorded
+    afterwards.
+
+    The report's times are the dead process's monotonic clock, meaningless here: the record
+    is dated by the report file's modification time (it is written just before the folder's
+    rename) and starts ``seconds`` before it. A folder without a readable report (written by
+    a version before reports) is rebuilt from its samples alone, its other figures 0, and
+    the log says so."""
     known = set(StepRecord.objects.filter(run_id=run_id).values_list("step", flat=True))
-    now = timezone.now()
     for step in sorted(set(written) - known):
-        lines = (steps_dir / f"{step:06d}" / "samples.jsonl").read_text().splitlines()
-        samples = [json.loads(line) for line in lines if line]
-        rewards = [s["reward"] for s in samples]
-        mean = sum(rewards) / len(rewards) if rewards else 0.0
-        std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5 if rewards else 0.0
+        folder = steps_dir / f"{step:06d}"
+        try:
+            report, started, finished = _stored_report(folder)
+        except (OSError, ValueError, TypeError, KeyError) as unreadable:
+            logger.warning(
+                "store: step %d of run %d has no readable report (%s); its record is rebuilt "
+                "from its samples, its timings, cap and episode counts recorded as 0",
+                step,
+                run_id,
+                unreadable,
+            )
+            report, started, finished = _report_from_samples(step, folder)
         StepRecord.objects.create(
-            run_id=run_id,
-            step=step,
-            started_at=now,
-            written_at=now,
-            seconds=0.0,
-            policy_version=max((s["policy_version"] for s in samples), default=0),
-            episodes=len(samples),
-            tokens=sum(s["generated_tokens"] for s in samples),
-            reward_mean=mean,
-            reward_std=std,
-            generated_tokens=0,
-            finished_train=0,
-            finished_eval=0,
-            failed=0,
-            cancelled=0,
-            dropped_groups=0,
-            cap=0,
-            inflight=0,
-            path=str(steps_dir / f"{step:06d}"),
+            run_id=run_id, step=step, **step_fields(report, started, finished)
         )
     last = max(known | set(written), default=0)
     save_run(run_id, owner, step=last)
     return last
+
+
+def _stored_report(folder: Path) -> tuple[StepReport, datetime, datetime]:
+    path = folder / REPORT
+    stored = json.loads(path.read_text())
+    report = StepReport(**{f.name: stored[f.name] for f in dataclasses.fields(StepReport)})
+    written = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    return (
+        dataclasses.replace(report, path=str(folder)),
+        written - timedelta(seconds=report.seconds),
+        written,
+    )
+
+
+def _report_from_samples(step: int, folder: Path) -> tuple[StepReport, datetime, datetime]:
+    lines = (folder / "samples.jsonl").read_text().splitlines()
+    samples = [json.loads(line) for line in lines if line]
+    rewards = [s["reward"] for s in samples]
+    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5 if rewards else 0.0
+    report = StepReport(
+        step=step,
+        started_at=0.0,
+        written_at=0.0,
+        policy_version=max((s["policy_version"] for s in samples), default=0),
+        episodes=len(samples),
+        tokens=sum(s["generated_tokens"] for s in samples),
+        reward_mean=mean,
+        reward_std=std,
+        generated_tokens=0,
+        finished_train=0,
+        finished_eval=0,
+        failed=0,
+        cancelled=0,
+        dropped_groups=0,
+        cap=0,
+        inflight=0,
+        path=str(folder),
+    )
+    now = timezone.now()
+    return report, now, now

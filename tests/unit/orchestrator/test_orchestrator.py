@@ -23,16 +23,20 @@ ENGINES = ("e0", "e1")
 class MemoryWriter:
     def __init__(self, written: set[int] | None = None) -> None:
         self.batches: list[Batch] = []
+        self.reports: list[StepReport] = []  # as written with each batch
         self.existing = written or set()
 
     def written_steps(self) -> set[int]:
         return set(self.existing)
 
-    def write(self, batch: Batch) -> str:
+    def write(self, batch: Batch, report: StepReport) -> None:
         assert batch.step not in self.existing, "a written step is never written again"
         self.existing.add(batch.step)
         self.batches.append(batch)
-        return f"memory://{batch.step}"
+        self.reports.append(report)
+
+    def path_of(self, step: int) -> str:
+        return f"memory://{step}"
 
 
 class Acks:
@@ -123,6 +127,8 @@ async def test_a_run_writes_max_steps_batches_of_whole_scored_groups() -> None:
         assert {s.policy_version for s in batch.samples} <= set(range(batch.step))
         assert {s.engine for s in batch.samples} <= set(ENGINES)
     assert [r.step for r in heard.steps] == [1, 2, 3]
+    assert writer.reports == heard.steps  # each step's files carry its report
+    assert [r.path for r in heard.steps] == ["memory://1", "memory://2", "memory://3"]
     assert all(r.episodes == 8 and r.cap <= 32 for r in heard.steps)
     assert heard.heard and heard.heard[0].kind is DecisionKind.BOOTSTRAP
 

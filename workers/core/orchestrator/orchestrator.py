@@ -206,13 +206,13 @@ class Orchestrator:
         return RunOutcome.COMPLETED, f"{self._step} steps written"
 
     async def _write_step(self, step: int) -> None:
+        """The step's report is made as its batch is assembled, before its files, and goes
+        into the step's folder with them: a run killed between the files and the record
+        rebuilds the record from it. So ``written_at`` is when the batch was complete; the
+        time its files take counts into the next step's ``seconds``."""
         samples = self._book.take(self.config.batch_size)
-        path = await asyncio.to_thread(
-            self._writer.write, Batch(step, self._version, tuple(samples))
-        )
         now = self._clock.now()
         tally, self._tally = self._tally, StepTally(now)
-        self._step = step
         dispatcher = self._loop.dispatcher
         report = tally.report(
             step=step,
@@ -221,8 +221,12 @@ class Orchestrator:
             samples=samples,
             cap=dispatcher.cap,
             inflight=dispatcher.inflight,
-            path=path,
+            path=self._writer.path_of(step),
         )
+        await asyncio.to_thread(
+            self._writer.write, Batch(step, self._version, tuple(samples)), report
+        )
+        self._step = step
         if tally.failed:
             logger.warning(
                 "step %d: %d episodes failed; the last: %s", step, tally.failed, tally.last_error

@@ -14,8 +14,13 @@ class BatchWriter(Protocol):
         """Steps already on disk: a resumed run never writes them again."""
         ...
 
-    def write(self, batch: Batch) -> str:
-        """Write the batch whole or not at all; the path written. Called off the event loop."""
+    def path_of(self, step: int) -> str:
+        """Where ``step``'s batch goes, named by its report before it is written."""
+        ...
+
+    def write(self, batch: Batch, report: StepReport) -> None:
+        """Write the batch and its step's report whole or not at all (a resumed run rebuilds
+        a step's record from the report). Called off the event loop."""
         ...
 
 

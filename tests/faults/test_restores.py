@@ -1,0 +1,124 @@
+"""What a restored run carries over from the host before it: steps written but not recorded,
+evaluation waves in flight, a pin's remaining time, the step its decisions are filed under;
+and a run told to pause before it starts stopping at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from controlplane.runs.models import Run, RunState, StepRecord
+from controlplane.runs.services import enqueue, override_create
+from tests.faults.conftest import proxy
+from tests.integration.hosting import (
+    DbWorker,
+    run_document,
+    session_database_url,
+    sim_engines,
+    start_worker,
+    stop_worker,
+    wait_for,
+)
+from workers.runtime import store
+
+pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
+
+
+def kill(worker: DbWorker) -> None:
+    os.killpg(worker.process.pid, signal.SIGKILL)
+    worker.process.wait()
+
+
+def steps_on_disk(steps_dir: Path) -> set[int]:
+    return (
+        {int(p.name) for p in steps_dir.iterdir() if p.name.isdigit()}
+        if steps_dir.exists()
+        else set()
+    )
+
+
+def recorded(run: Run) -> set[int]:
+    return set(StepRecord.objects.filter(run=run).values_list("step", flat=True))
+
+
+def end(run: Run) -> None:
+    run.refresh_from_db()
+    if not run.is_ended:
+        override_create(run=run, created_by=None, mode="stop", reason="test over")
+    wait_for(lambda: Run.objects.get(pk=run.pk).state in RunState.ended(), 90, "the run to end")
+
+
+def stop_all(*workers: DbWorker) -> None:
+    for worker in workers:
+        if worker.process.poll() is None:
+            stop_worker(worker)
+
+
+def test_steps_written_but_not_recorded_at_a_kill_are_recorded_from_their_reports(
+    tmp_path: Path, queue: str, runs_dir: Path
+) -> None:
+    """The database out of the first host's reach (a proxy that drops it) while it writes two
+    steps' files, then SIGKILL: the next host records those steps with their own figures."""
+    with sim_engines(tmp_path, 2) as engines, proxy("tcp", "127.0.0.1:5432", tmp_path) as db:
+        run = Run.objects.create(
+            name="kill-before-record",
+            config=run_document(engines, max_steps=10_000),
+            state=RunState.QUEUED,
+        )
+        steps_dir = runs_dir / str(run.pk) / "steps"
+        first = start_worker(
+            tmp_path, "first", queue, runs_dir, DATABASE_URL=session_database_url(port=db.port)
+        )
+        workers = [first]
+        try:
+            enqueue(run.pk)
+            wait_for(lambda: recorded(run), 120, "a step recorded")
+            db.break_()
+            on_disk = steps_on_disk(steps_dir)
+            wait_for(
+                lambda: len(steps_on_disk(steps_dir)) >= len(on_disk) + 2,
+                30,
+                "two steps written with the database away",
+            )
+            kill(first)
+            unrecorded = sorted(steps_on_disk(steps_dir) - recorded(run))
+            workers.append(start_worker(tmp_path, "second", queue, runs_dir))
+            wait_for(lambda: recorded(run) >= set(unrecorded), 90, "the next host to record them")
+            end(run)
+        finally:
+            stop_all(*workers)
+    assert len(unrecorded) >= 2
+    for step in unrecorded:
+        record = StepRecord.objects.get(run=run, step=step)
+        figures = {
+            name: getattr(record, name)
+            for name in ("seconds", "policy_version", "generated_tokens", "finished_train", "cap")
+        }
+        print(f"\nstep {step} recovered: {figures}")
+        assert record.seconds > 0 and record.cap > 0 and record.generated_tokens > 0, figures
+        assert record.policy_version == step - 1  # trainer mode none: the step before's
+        report = json.loads((steps_dir / f"{step:06d}" / "report.json").read_text())
+        assert figures == {
+            **{name: report[name] for name in figures if name != "seconds"},
+            "seconds": pytest.approx(report["written_at"] - report["started_at"]),
+        }
+        assert abs((record.written_at - record.started_at).total_seconds() - record.seconds) < 0.01
+
+
+def test_a_step_folder_without_a_report_is_recorded_from_its_samples_and_the_log_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A folder written by a version before reports: rebuilt from its samples, as before."""
+    run = Run.objects.create(name="old-folder", config={}, state=RunState.RUNNING, lease_owner="me")
+    folder = tmp_path / "steps" / "000001"
+    folder.mkdir(parents=True)
+    sample = {"reward": 1.0, "policy_version": 0, "generated_tokens": 7}
+    (folder / "samples.jsonl").write_text(json.dumps(sample) + "\n")
+    assert store.recover_steps(run.pk, "me", tmp_path / "steps", {1}) == 1
+    record = StepRecord.objects.get(run=run, step=1)
+    assert (record.episodes, record.tokens, record.seconds) == (1, 7, 0.0)
+    assert "has no readable report" in caplog.text
