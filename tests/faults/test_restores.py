@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.runs.models import Run, RunState, StepRecord
+from controlplane.runs.models import Decision, Run, RunState, StepRecord
 from controlplane.runs.services import enqueue, override_create
 from tests.faults.conftest import proxy
 from tests.integration.hosting import (
@@ -122,3 +122,34 @@ def test_a_step_folder_without_a_report_is_recorded_from_its_samples_and_the_log
     record = StepRecord.objects.get(run=run, step=1)
     assert (record.episodes, record.tokens, record.seconds) == (1, 7, 0.0)
     assert "has no readable report" in caplog.text
+
+
+def test_a_restored_runs_decisions_are_filed_under_its_stored_step(
+    tmp_path: Path, queue: str, runs_dir: Path
+) -> None:
+    """Paused after a few steps and resumed: the restore decision is filed under the step the
+    run stopped at, not step 0."""
+    with sim_engines(tmp_path, 2) as engines:
+        run = Run.objects.create(
+            name="restore-step",
+            config=run_document(engines, max_steps=10_000),
+            state=RunState.QUEUED,
+        )
+        worker = start_worker(tmp_path, "w", queue, runs_dir)
+        try:
+            enqueue(run.pk)
+            wait_for(lambda: len(recorded(run)) >= 2, 120, "two steps")
+            override_create(run=run, created_by=None, mode="pause", reason="test")
+            wait_for(lambda: Run.objects.get(pk=run.pk).state == RunState.PAUSED, 60, "the pause")
+            run.refresh_from_db()
+            stored_step = run.step
+            override_create(run=run, created_by=None, mode="resume", reason="test")
+            restore = wait_for(
+                lambda: Decision.objects.filter(run=run, kind="restore").first(), 60, "a restore"
+            )
+            end(run)
+        finally:
+            stop_all(worker)
+    print(f"\nstored step {stored_step}, restore decision filed under step {restore.step}")
+    assert stored_step >= 2
+    assert restore.step == stored_step

@@ -168,6 +168,7 @@ class Host:
             clock=self._clock,
             send=_channel_send(),
             registered=registered,
+            last_step=last,
         )
         if restored is not None:
             reporter.decisions((restored,))

@@ -65,6 +65,7 @@ class RunReporter:
         clock: Clock,
         send: Send | None,
         registered: dict[str, str] | None = None,
+        last_step: int = 0,
     ) -> None:
         self.run_id = run_id
         self._owner = owner
@@ -82,7 +83,9 @@ class RunReporter:
         self._last_scrape: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._flushing = asyncio.Lock()  # one flush at a time: a second must not copy the first
-        self.last_step = 0  # the last step written, which decisions are filed under
+        # The last step written, which decisions are filed under: a restored run's stored
+        # step until it writes one, so its restore decision is not filed under step 0.
+        self.last_step = last_step
         self.dropped_samples = 0
         self.failed_flushes = 0
 
