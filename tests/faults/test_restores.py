@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,12 @@ from tests.integration.hosting import (
 from workers.runtime import store
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
+
+# The task's delivery, the engines' preflight and the host's start take 0.2 s here (2.5 s for
+# a worker's first run, which imports the runtime: not timed); a helper task that ignored its
+# cancellation held the host for BACKGROUND_STOP_S (10 s) more.
+PAUSED_WITHIN_S = 3.0
+PAUSED_RUNS = 5  # the first a warm-up
 
 
 def kill(worker: DbWorker) -> None:
@@ -153,3 +160,36 @@ def test_a_restored_runs_decisions_are_filed_under_its_stored_step(
     print(f"\nstored step {stored_step}, restore decision filed under step {restore.step}")
     assert stored_step >= 2
     assert restore.step == stored_step
+
+
+def test_a_pause_posted_before_the_run_starts_ends_it_paused_at_once(
+    tmp_path: Path, queue: str, runs_dir: Path
+) -> None:
+    """A pause stored for a run that has no host yet (its last one died) is applied as the
+    next host starts; the host's helper tasks stop with it, and the run is paused within
+    seconds. Several runs, one after another: the helper that ignored its cancellation did so
+    only when the cancel met its subscription to Redis, about one start in two."""
+    with sim_engines(tmp_path, 2) as engines:
+        worker = start_worker(tmp_path, "w", queue, runs_dir)
+        paused_after = []
+        try:
+            for index in range(PAUSED_RUNS):
+                run = Run.objects.create(
+                    name=f"pause-at-start-{index}",
+                    config=run_document(engines, max_steps=10_000),
+                    state=RunState.RUNNING,
+                )
+                override_create(run=run, created_by=None, mode="pause", reason="before it starts")
+                sent = time.monotonic()
+                enqueue(run.pk)
+                wait_for(
+                    lambda run=run: Run.objects.get(pk=run.pk).state == RunState.PAUSED,
+                    30,
+                    "a pause",
+                )
+                paused_after.append(round(time.monotonic() - sent, 2))
+        finally:
+            stop_all(worker)
+    print(f"\npaused after (s from the task sent): {paused_after}")
+    assert "did not stop" not in worker.log()
+    assert max(paused_after[1:]) < PAUSED_WITHIN_S  # the first: the worker's warm-up
