@@ -81,6 +81,8 @@ class Run(models.Model):
     policy_version = models.PositiveIntegerField(default=0)
     eval_waves = models.PositiveIntegerField(default=0)
     controller_state = models.JSONField(null=True, blank=True)
+    # When controller_state was saved (wall clock): a restore ages its pin by the time away.
+    controller_state_at = models.DateTimeField(null=True, blank=True)
     model_name = models.CharField(max_length=300, blank=True, default="")  # as served
     output_dir = models.CharField(max_length=1000, blank=True, default="")
     # When its task was last sent: a run queued long ago and never leased lost its task (a

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.runs.models import Decision, Run, RunState, StepRecord
+from controlplane.runs.models import Decision, Override, Run, RunState, StepRecord
 from controlplane.runs.services import enqueue, override_create
 from tests.faults.conftest import proxy
 from tests.integration.hosting import (
@@ -33,6 +33,11 @@ pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 # cancellation held the host for BACKGROUND_STOP_S (10 s) more.
 PAUSED_WITHIN_S = 3.0
 PAUSED_RUNS = 5  # the first a warm-up
+# Longer than a dead host's run takes to find its next (the 20 s lease, a sweep, a start),
+# so the pin outlives the kill; it lapses within a poll (0.5 s) of its time, a restore's
+# wall-clock reading and the sweep's timing adding a second or two.
+PIN_TTL_S = 40.0
+LAPSE_SLACK_S = 4.0
 
 
 def kill(worker: DbWorker) -> None:
@@ -193,3 +198,48 @@ def test_a_pause_posted_before_the_run_starts_ends_it_paused_at_once(
     print(f"\npaused after (s from the task sent): {paused_after}")
     assert "did not stop" not in worker.log()
     assert max(paused_after[1:]) < PAUSED_WITHIN_S  # the first: the worker's warm-up
+
+
+def test_a_pins_time_runs_on_while_its_run_has_no_host(
+    tmp_path: Path, queue: str, runs_dir: Path
+) -> None:
+    """A pin made, its host killed: the next host restores the pin with the time it has left
+    now, and it lapses PIN_TTL_S after it was made, not PIN_TTL_S after the restore."""
+    with sim_engines(tmp_path, 2) as engines:
+        run = Run.objects.create(
+            name="pin-across-a-kill",
+            config=run_document(engines, max_steps=10_000),
+            state=RunState.QUEUED,
+        )
+        first = start_worker(tmp_path, "first", queue, runs_dir)
+        workers = [first]
+        try:
+            enqueue(run.pk)
+            wait_for(lambda: recorded(run), 120, "a step")
+            run.refresh_from_db()
+            made = override_create(run=run, created_by=None, mode="pin", cap=12, ttl_s=PIN_TTL_S)
+            pinned = wait_for(lambda: Override.objects.get(pk=made.pk).decision, 10, "the pin")
+            wait_for(
+                lambda: (Run.objects.get(pk=run.pk).controller_state or {}).get("pin"),
+                10,
+                "the pin in the stored state",
+            )
+            kill(first)
+            workers.append(start_worker(tmp_path, "second", queue, runs_dir))
+            lapsed = wait_for(
+                lambda: Decision.objects.filter(run=run, kind="pin-expired").first(),
+                PIN_TTL_S + 60,
+                "the pin to lapse",
+            )
+            restore = Decision.objects.get(run=run, kind="restore")
+            end(run)
+        finally:
+            stop_all(*workers)
+    restored_after = (restore.at - pinned.at).total_seconds()
+    lapsed_after = (lapsed.at - pinned.at).total_seconds()
+    print(
+        f"\npin of {PIN_TTL_S:g} s: restored {restored_after:.1f} s after it was made, "
+        f"lapsed {lapsed_after:.1f} s after it was made"
+    )
+    assert restored_after < PIN_TTL_S  # it was still holding when the next host took over
+    assert abs(lapsed_after - PIN_TTL_S) < LAPSE_SLACK_S

@@ -229,9 +229,11 @@ class Host:
     def _controller(self, config: RunConfig, run: Run) -> tuple[Controller | ObserveOnly, Any]:
         if run.controller_state is None:
             return config.concurrency.make_controller(), None
+        saved_at = run.controller_state_at
+        away = 0.0 if saved_at is None else (timezone.now() - saved_at).total_seconds()
         try:
             return config.concurrency.restore_controller(
-                run.controller_state, now=self._clock.now()
+                run.controller_state, now=self._clock.now(), away=away
             )
         except ValueError as refused:
             logger.error("host: stored controller state refused (%s); starting afresh", refused)
@@ -253,6 +255,7 @@ class Host:
             "policy_version": orchestrator.policy_version,
             "eval_waves": orchestrator.waves,
             "controller_state": controller.to_json(now),
+            "controller_state_at": timezone.now(),
         }
         if result is not None:
             fresh = [s for s in result.samples if s.is_fresh]

@@ -44,7 +44,8 @@ CLOSE_RETRY_S = 30.0
 CLOSE_BACKOFF_MAX_S = 4.0
 MAX_BUFFERED_ROWS = 200_000  # about 10 min of 5 s polls of 1,000 engines, held while the DB is away
 Send = Callable[[str, dict[str, Any]], Awaitable[None]]  # a Channels group_send
-STORED_ONLY = frozenset({"controller_state"})  # live figures kept for a restart, not for a page
+# Live figures kept for a restart, not for a page.
+STORED_ONLY = frozenset({"controller_state", "controller_state_at"})
 
 
 @dataclass(slots=True)
