@@ -266,14 +266,15 @@ class StepRecord(models.Model):
 
 
 class EvalRecord(models.Model):
-    """One finished evaluation wave, per environment."""
+    """One evaluation wave, per environment: recorded as it starts (``finished_at`` empty),
+    completed as it ends; one still unfinished when its run is restored is run again."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evals")
     wave = models.PositiveIntegerField()
     after_step = models.PositiveIntegerField()
     policy_version = models.PositiveIntegerField()
     started_at = models.DateTimeField()
-    finished_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
     episodes = models.JSONField(default=dict)  # completed, per environment
     failed = models.JSONField(default=dict)
     reward_mean = models.JSONField(default=dict)

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.runs.models import Decision, Override, Run, RunState, StepRecord
+from controlplane.runs.models import (
+    Decision,
+    EvalRecord,
+    Override,
+    Run,
+    RunState,
+    StepRecord,
+)
 from controlplane.runs.services import enqueue, override_create
 from tests.faults.conftest import proxy
 from tests.integration.hosting import (
@@ -38,6 +45,15 @@ PAUSED_RUNS = 5  # the first a warm-up
 # wall-clock reading and the sweep's timing adding a second or two.
 PIN_TTL_S = 40.0
 LAPSE_SLACK_S = 4.0
+# Eval episodes of three turns with 3 s of tool latency between them: a wave lasts 6 s and
+# more, so the first is still running when the second (the final one) starts.
+EVAL_ENV = {
+    "name": "multiturn",
+    "kind": "eval",
+    "episodes": 4,
+    "args": {"turns": 3, "prompt_tokens": 64, "observation_tokens": 32, "latency_s": 3.0},
+    "sampling": {"max_tokens": 32},
+}
 
 
 def kill(worker: DbWorker) -> None:
@@ -243,3 +259,50 @@ def test_a_pins_time_runs_on_while_its_run_has_no_host(
     )
     assert restored_after < PIN_TTL_S  # it was still holding when the next host took over
     assert abs(lapsed_after - PIN_TTL_S) < LAPSE_SLACK_S
+
+
+def test_eval_waves_in_flight_at_a_kill_run_again_on_the_next_host_the_final_one_too(
+    tmp_path: Path, queue: str, runs_dir: Path
+) -> None:
+    """Two steps, a wave after each: the host is killed while both waves run (the second
+    the run's final one); the next host runs both again and the run completes with both
+    recorded."""
+    with sim_engines(tmp_path, 2) as engines:
+        document = run_document(engines, max_steps=2, eval_every=1)
+        document["env"].append(EVAL_ENV)
+        run = Run.objects.create(name="kill-in-eval", config=document, state=RunState.QUEUED)
+        first = start_worker(tmp_path, "first", queue, runs_dir)
+        workers = [first]
+        try:
+            enqueue(run.pk)
+            wait_for(
+                lambda: Decision.objects.filter(run=run, kind="eval-wave").count() == 2,
+                120,
+                "both waves started",
+                every=0.05,
+            )
+            kill(first)
+            started = {r.wave: r.finished_at for r in EvalRecord.objects.filter(run=run)}
+            workers.append(start_worker(tmp_path, "second", queue, runs_dir))
+            wait_for(
+                lambda: Run.objects.get(pk=run.pk).state in RunState.ended(), 120, "the run to end"
+            )
+        finally:
+            stop_all(*workers)
+    run.refresh_from_db()
+    records = list(EvalRecord.objects.filter(run=run).order_by("wave"))
+    restore = Decision.objects.get(run=run, kind="restore")
+    again = Decision.objects.filter(run=run, kind="eval-wave", at__gt=restore.at)
+    print(
+        f"\nat the kill: {started}; run {run.state}, eval_waves {run.eval_waves}, records "
+        f"{[(r.wave, r.after_step, r.finished_at is not None, r.episodes) for r in records]}"
+    )
+    assert run.state == RunState.COMPLETED, run.error
+    assert run.eval_waves == 2
+    assert [(r.wave, r.after_step) for r in records] == [(1, 1), (2, 2)]
+    assert all(r.finished_at is not None and r.started_at > restore.at for r in records)
+    assert all(sum(r.episodes.values()) + sum(r.failed.values()) == 4 for r in records)
+    assert [d.reason.split(":")[0] for d in again] == [
+        "Eval wave 1 after step 1 (again",
+        "Eval wave 2 after step 2 (again",
+    ]

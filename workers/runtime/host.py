@@ -151,6 +151,7 @@ class Host:
             store.recover_steps, self.run_id, self.owner, writer.steps_dir, writer.written_steps()
         )
         acked = await self.call(store.acked_version, self.run_id, last) if last else None
+        unfinished = await self.call(store.open_waves, self.run_id)
         version = run.policy_version
         if config.trainer.mode == "none":
             version = max(version, last)
@@ -191,7 +192,13 @@ class Host:
                 else None,
                 reporter=FanOut([reporter, wandb]),
                 max_model_len=poll.max_model_len,
-                start=StartPoint(last, version, run.eval_waves, acknowledged=acked is not None),
+                start=StartPoint(
+                    last,
+                    version,
+                    run.eval_waves,
+                    acknowledged=acked is not None,
+                    open_waves=unfinished,
+                ),
             )
             poll.cap = lambda: orchestrator.loop.dispatcher.cap
             poll.on_poll = lambda result: reporter.poll(

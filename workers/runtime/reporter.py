@@ -31,7 +31,7 @@ from controlplane.runs.models import EngineSample
 from inference.metrics.monitor import PollResult
 from workers.core.clock import Clock
 from workers.core.decisions import Decision
-from workers.core.orchestrator.batches import EvalReport, StepReport
+from workers.core.orchestrator.batches import EvalReport, StepReport, WaveStart
 from workers.core.samples import LoadSample
 from workers.runtime import store
 
@@ -111,6 +111,11 @@ class RunReporter:
         started, written = self.wall(report.started_at), self.wall(report.written_at)
         self._jobs.append(lambda: self._insert_step(report, started, written))
         self._events.append(("run.step", _step_event(report, written)))
+        self._wake.set()
+
+    def eval_started(self, start: WaveStart) -> None:
+        started = self.wall(start.started_at)
+        self._jobs.append(lambda: store.insert_eval_start(self.run_id, start, started))
         self._wake.set()
 
     def eval(self, report: EvalReport) -> None:

@@ -27,7 +27,8 @@ from controlplane.runs.models import (
     StepRecord,
 )
 from workers.core.decisions import Decision
-from workers.core.orchestrator.batches import EvalReport, StepReport
+from workers.core.orchestrator.batches import EvalReport, StepReport, WaveStart
+from workers.core.orchestrator.orchestrator import OpenWave
 from workers.runtime.batch_files import REPORT
 
 logger = logging.getLogger(__name__)
@@ -124,6 +125,32 @@ def insert_eval(run_id: int, report: EvalReport, started: datetime, finished: da
             "failed": dict(report.failed),
             "reward_mean": dict(report.reward_mean),
         },
+    )
+
+
+def insert_eval_start(run_id: int, start: WaveStart, started: datetime) -> None:
+    """A wave as it starts, unfinished (no ``finished_at``) until its report replaces it."""
+    EvalRecord.objects.update_or_create(
+        run_id=run_id,
+        wave=start.wave,
+        defaults={
+            "after_step": start.after_step,
+            "policy_version": start.policy_version,
+            "started_at": started,
+            "finished_at": None,
+            "episodes": {},
+            "failed": {},
+            "reward_mean": {},
+        },
+    )
+
+
+def open_waves(run_id: int) -> tuple[OpenWave, ...]:
+    """Waves started and never finished: the host stopped or died while they ran."""
+    rows = EvalRecord.objects.filter(run_id=run_id, finished_at__isnull=True).order_by("wave")
+    return tuple(
+        OpenWave(number, after_step, version)
+        for number, after_step, version in rows.values_list("wave", "after_step", "policy_version")
     )
 
 

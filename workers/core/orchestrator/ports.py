@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from workers.core.decisions import Decision
-from workers.core.orchestrator.batches import Batch, EvalReport, StepReport
+from workers.core.orchestrator.batches import Batch, EvalReport, StepReport, WaveStart
 
 
 class BatchWriter(Protocol):
@@ -36,6 +36,8 @@ class RunReporter(Protocol):
 
     def step(self, report: StepReport) -> None: ...
 
+    def eval_started(self, start: WaveStart) -> None: ...
+
     def eval(self, report: EvalReport) -> None: ...
 
 
@@ -46,6 +48,9 @@ class QuietReporter:
         return None
 
     def step(self, report: StepReport) -> None:
+        return None
+
+    def eval_started(self, start: WaveStart) -> None:
         return None
 
     def eval(self, report: EvalReport) -> None:
