@@ -228,6 +228,7 @@ class Host:
             store.recover_steps, self.run_id, self.owner, writer.steps_dir, writer.written_steps()
         )
         acked = await self.call(store.acked_version, self.run_id, last) if last else None
+        unfinished = await self.call(store.open_waves, self.run_id)
         version = run.policy_version
         if config.trainer.mode == "none":
             version = max(version, last)
@@ -247,6 +248,7 @@ class Host:
             registered=registered,
             tenure=self.tenure,
             on_lease_lost=self._abandon,
+            last_step=last,
         )
         if restored is not None:
             reporter.decisions((restored,))
@@ -269,7 +271,13 @@ class Host:
                 else None,
                 reporter=FanOut([reporter, wandb]),
                 max_model_len=poll.max_model_len,
-                start=StartPoint(last, version, run.eval_waves, acknowledged=acked is not None),
+                start=StartPoint(
+                    last,
+                    version,
+                    run.eval_waves,
+                    acknowledged=acked is not None,
+                    open_waves=unfinished,
+                ),
             )
             poll.cap = lambda: orchestrator.loop.dispatcher.cap
             poll.on_poll = lambda result: reporter.poll(
@@ -319,9 +327,11 @@ class Host:
     def _controller(self, config: RunConfig, run: Run) -> tuple[Controller | ObserveOnly, Any]:
         if run.controller_state is None:
             return config.concurrency.make_controller(), None
+        saved_at = run.controller_state_at
+        away = 0.0 if saved_at is None else (timezone.now() - saved_at).total_seconds()
         try:
             return config.concurrency.restore_controller(
-                run.controller_state, now=self._clock.now()
+                run.controller_state, now=self._clock.now(), away=away
             )
         except ValueError as refused:
             logger.error("host: stored controller state refused (%s); starting afresh", refused)
@@ -343,6 +353,7 @@ class Host:
             "policy_version": orchestrator.policy_version,
             "eval_waves": orchestrator.waves,
             "controller_state": controller.to_json(now),
+            "controller_state_at": timezone.now(),
         }
         if result is not None:
             fresh = [s for s in result.samples if s.is_fresh]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from workers.core.decisions import Decision
-from workers.core.orchestrator.batches import Batch, EvalReport, StepReport
+from workers.core.orchestrator.batches import Batch, EvalReport, StepReport, WaveStart
 
 
 class BatchWriter(Protocol):
@@ -14,8 +14,13 @@ class BatchWriter(Protocol):
         """Steps already on disk: a resumed run never writes them again."""
         ...
 
-    def write(self, batch: Batch) -> str:
-        """Write the batch whole or not at all; the path written. Called off the event loop."""
+    def path_of(self, step: int) -> str:
+        """Where ``step``'s batch goes, named by its report before it is written."""
+        ...
+
+    def write(self, batch: Batch, report: StepReport) -> None:
+        """Write the batch and its step's report whole or not at all (a resumed run rebuilds
+        a step's record from the report). Called off the event loop."""
         ...
 
 
@@ -31,6 +36,8 @@ class RunReporter(Protocol):
 
     def step(self, report: StepReport) -> None: ...
 
+    def eval_started(self, start: WaveStart) -> None: ...
+
     def eval(self, report: EvalReport) -> None: ...
 
 
@@ -41,6 +48,9 @@ class QuietReporter:
         return None
 
     def step(self, report: StepReport) -> None:
+        return None
+
+    def eval_started(self, start: WaveStart) -> None:
         return None
 
     def eval(self, report: EvalReport) -> None:
