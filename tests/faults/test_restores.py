@@ -5,8 +5,6 @@ and a run told to pause before it starts stopping at once."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -23,12 +21,13 @@ from controlplane.runs.models import (
 from controlplane.runs.services import enqueue, override_create
 from tests.faults.conftest import proxy
 from tests.integration.hosting import (
-    DbWorker,
+    end_run,
+    kill_worker,
     run_document,
     session_database_url,
     sim_engines,
     start_worker,
-    stop_worker,
+    stop_workers,
     wait_for,
 )
 from workers.runtime import store
@@ -56,11 +55,6 @@ EVAL_ENV = {
 }
 
 
-def kill(worker: DbWorker) -> None:
-    os.killpg(worker.process.pid, signal.SIGKILL)
-    worker.process.wait()
-
-
 def steps_on_disk(steps_dir: Path) -> set[int]:
     return (
         {int(p.name) for p in steps_dir.iterdir() if p.name.isdigit()}
@@ -71,19 +65,6 @@ def steps_on_disk(steps_dir: Path) -> set[int]:
 
 def recorded(run: Run) -> set[int]:
     return set(StepRecord.objects.filter(run=run).values_list("step", flat=True))
-
-
-def end(run: Run) -> None:
-    run.refresh_from_db()
-    if not run.is_ended:
-        override_create(run=run, created_by=None, mode="stop", reason="test over")
-    wait_for(lambda: Run.objects.get(pk=run.pk).state in RunState.ended(), 90, "the run to end")
-
-
-def stop_all(*workers: DbWorker) -> None:
-    for worker in workers:
-        if worker.process.poll() is None:
-            stop_worker(worker)
 
 
 def test_steps_written_but_not_recorded_at_a_kill_are_recorded_from_their_reports(
@@ -112,13 +93,13 @@ def test_steps_written_but_not_recorded_at_a_kill_are_recorded_from_their_report
                 30,
                 "two steps written with the database away",
             )
-            kill(first)
+            kill_worker(first)
             unrecorded = sorted(steps_on_disk(steps_dir) - recorded(run))
             workers.append(start_worker(tmp_path, "second", queue, runs_dir))
             wait_for(lambda: recorded(run) >= set(unrecorded), 90, "the next host to record them")
-            end(run)
+            end_run(run)
         finally:
-            stop_all(*workers)
+            stop_workers(*workers)
     assert len(unrecorded) >= 2
     for step in unrecorded:
         record = StepRecord.objects.get(run=run, step=step)
@@ -175,9 +156,9 @@ def test_a_restored_runs_decisions_are_filed_under_its_stored_step(
             restore = wait_for(
                 lambda: Decision.objects.filter(run=run, kind="restore").first(), 60, "a restore"
             )
-            end(run)
+            end_run(run)
         finally:
-            stop_all(worker)
+            stop_workers(worker)
     print(f"\nstored step {stored_step}, restore decision filed under step {restore.step}")
     assert stored_step >= 2
     assert restore.step == stored_step
@@ -210,7 +191,7 @@ def test_a_pause_posted_before_the_run_starts_ends_it_paused_at_once(
                 )
                 paused_after.append(round(time.monotonic() - sent, 2))
         finally:
-            stop_all(worker)
+            stop_workers(worker)
     print(f"\npaused after (s from the task sent): {paused_after}")
     assert "did not stop" not in worker.log()
     assert max(paused_after[1:]) < PAUSED_WITHIN_S  # the first: the worker's warm-up
@@ -240,7 +221,7 @@ def test_a_pins_time_runs_on_while_its_run_has_no_host(
                 10,
                 "the pin in the stored state",
             )
-            kill(first)
+            kill_worker(first)
             workers.append(start_worker(tmp_path, "second", queue, runs_dir))
             lapsed = wait_for(
                 lambda: Decision.objects.filter(run=run, kind="pin-expired").first(),
@@ -248,9 +229,9 @@ def test_a_pins_time_runs_on_while_its_run_has_no_host(
                 "the pin to lapse",
             )
             restore = Decision.objects.get(run=run, kind="restore")
-            end(run)
+            end_run(run)
         finally:
-            stop_all(*workers)
+            stop_workers(*workers)
     restored_after = (restore.at - pinned.at).total_seconds()
     lapsed_after = (lapsed.at - pinned.at).total_seconds()
     print(
@@ -281,14 +262,14 @@ def test_eval_waves_in_flight_at_a_kill_run_again_on_the_next_host_the_final_one
                 "both waves started",
                 every=0.05,
             )
-            kill(first)
+            kill_worker(first)
             started = {r.wave: r.finished_at for r in EvalRecord.objects.filter(run=run)}
             workers.append(start_worker(tmp_path, "second", queue, runs_dir))
             wait_for(
                 lambda: Run.objects.get(pk=run.pk).state in RunState.ended(), 120, "the run to end"
             )
         finally:
-            stop_all(*workers)
+            stop_workers(*workers)
     run.refresh_from_db()
     records = list(EvalRecord.objects.filter(run=run).order_by("wave"))
     restore = Decision.objects.get(run=run, kind="restore")
