@@ -3,14 +3,18 @@
     python -m tests.faults.proxies tcp --port P --upstream HOST:PORT --fault FILE
     python -m tests.faults.proxies hold --port P --upstream HOST:PORT --fault FILE
     python -m tests.faults.proxies metrics --port P --upstream URL --fault FILE
+    python -m tests.faults.proxies errors --port P --upstream URL --fault FILE
 
 ``tcp`` passes bytes both ways; while FILE exists it refuses new connections and drops the
 ones it holds, which is how a database server that went away looks to its clients. ``hold``
 passes bytes too, but while FILE exists it holds them, both ways, and closes nothing: new
 connections are accepted and wait; this is a partition that resets nothing, where every
 call of a client hangs (no error, no timeout but its own) until FILE is removed. ``metrics``
-is an HTTP/1.1 proxy in front of an engine; while FILE exists, ``/metrics`` is accepted and
-never answered (the hang of an overloaded API server), and everything else still passes.
+and ``errors`` are HTTP/1.1 proxies in front of an engine. With ``metrics``, while FILE exists,
+``/metrics`` is accepted and never answered (the hang of an overloaded API server); with
+``errors``, every completion is answered HTTP 500 at once, with vLLM's JSON error body (an
+engine whose model worker died while its API server, ``/metrics`` and ``/tokenize`` go on).
+Everything else still passes.
 """
 
 from __future__ import annotations
@@ -75,11 +79,26 @@ class TcpProxy:
                 self.open.clear()
 
 
-class MetricsProxy:
-    def __init__(self, upstream: str, fault: Path) -> None:
+COMPLETIONS = ("/v1/completions", "/v1/chat/completions")
+# The body vLLM's API server sends when its engine is dead (EngineDeadError).
+ENGINE_DEAD = (
+    b'{"object":"error","message":"EngineCore encountered an issue. See stack trace for the '
+    b'root cause.","type":"InternalServerError","param":null,"code":500}'
+)
+
+
+class HttpProxy:
+    def __init__(self, upstream: str, fault: Path, kind: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.fault = fault
+        self.kind = kind
         self.http = httpx.AsyncClient(timeout=None)
+
+    def hangs(self, path: str) -> bool:
+        return self.kind == "metrics" and path.startswith("/metrics") and self.fault.exists()
+
+    def fails(self, path: str) -> bool:
+        return self.kind == "errors" and path.startswith(COMPLETIONS) and self.fault.exists()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = h11.Connection(h11.SERVER)
@@ -89,8 +108,14 @@ class MetricsProxy:
                 if request is None:
                     return
                 path = request.target.decode()
-                while path.startswith("/metrics") and self.fault.exists():
+                while self.hangs(path):
                     await asyncio.sleep(CHECK_S)  # accepted, never answered while it lasts
+                if self.fails(path):
+                    json_type = [("content-type", "application/json")]
+                    _answer(writer, connection, 500, json_type, ENGINE_DEAD)
+                    await writer.drain()
+                    connection.start_next_cycle()
+                    continue
                 headers = {
                     k.decode(): v.decode()
                     for k, v in request.headers
@@ -105,18 +130,26 @@ class MetricsProxy:
                     if k.lower()
                     not in ("content-length", "transfer-encoding", "connection", "content-encoding")
                 ]
-                out.append(("content-length", str(len(answer.content))))
-                writer.write(
-                    connection.send(h11.Response(status_code=answer.status_code, headers=out))
-                )
-                writer.write(connection.send(h11.Data(data=answer.content)))
-                writer.write(connection.send(h11.EndOfMessage()))
+                _answer(writer, connection, answer.status_code, out, answer.content)
                 await writer.drain()
                 connection.start_next_cycle()
         except (ConnectionError, h11.ProtocolError, httpx.HTTPError, OSError):
             return
         finally:
             writer.close()
+
+
+def _answer(
+    writer: asyncio.StreamWriter,
+    connection: h11.Connection,
+    status: int,
+    headers: list[tuple[str, str]],
+    body: bytes,
+) -> None:
+    headers = [*headers, ("content-length", str(len(body)))]
+    writer.write(connection.send(h11.Response(status_code=status, headers=headers)))
+    writer.write(connection.send(h11.Data(data=body)))
+    writer.write(connection.send(h11.EndOfMessage()))
 
 
 async def _read_request(
@@ -143,7 +176,7 @@ async def _read_request(
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=("tcp", "hold", "metrics"))
+    parser.add_argument("kind", choices=("tcp", "hold", "metrics", "errors"))
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--fault", type=Path, required=True)
@@ -155,8 +188,8 @@ async def main() -> None:
         watchers.append(asyncio.ensure_future(tcp.watch()))
         server = await asyncio.start_server(tcp.serve, "127.0.0.1", args.port)
     else:
-        metrics = MetricsProxy(args.upstream, args.fault)
-        server = await asyncio.start_server(metrics.serve, "127.0.0.1", args.port)
+        http = HttpProxy(args.upstream, args.fault, args.kind)
+        server = await asyncio.start_server(http.serve, "127.0.0.1", args.port)
     print("ready", flush=True)
     async with server:
         await server.serve_forever()

@@ -7,7 +7,11 @@ on an engine (the rollout client), and the clock says when to poll. Every ``poll
 polls, hands the samples and the in-flight count to the controller, and applies the result:
 the cap in force goes to the dispatcher, a decision's shed cancels that many episodes,
 youngest groups first, and an engine whose every rank is down gets no new groups until a
-poll finds it again. Every episode that ends on its own (completed or failed) goes to the
+poll finds it again. An engine whose episodes keep failing is taken out of routing by the
+dispatcher's breakers, and each such change is recorded as a decision (``engine-out``, an
+alert the first time; ``engine-back``); once no engine has been usable for the breakers'
+``give_up_s``, the loop says so to ``on_failed`` (the orchestrator then fails the run with that
+reason), once. Every episode that ends on its own (completed or failed) goes to the
 controller, which may grow the cap at once. Episodes the dispatcher cancelled are not fed: a
 shed episode says nothing about what the engines can carry. An episode whose result says it
 failed ends as a failure (``EpisodeFailed``), exactly as if it had raised.
@@ -36,7 +40,8 @@ from typing import Generic, Protocol, TypeVar
 
 from workers.core.clock import Clock
 from workers.core.controller.records import ControllerStats, EpisodeCompletion
-from workers.core.decisions import Decision
+from workers.core.decisions import Cause, Decision, DecisionKind
+from workers.core.dispatch.breaker import ChangeKind, EngineChange
 from workers.core.dispatch.dispatcher import Dispatcher, OnFinished, RunEpisode
 from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, P
 from workers.core.dispatch.permits import PermitOutcome
@@ -50,6 +55,8 @@ Poll = Callable[[], Awaitable[Sequence[LoadSample]]]
 # Called after every controller input the loop applied, with its decisions (often none): the
 # cap may have moved even so, as growth is recorded at most once per poll.
 OnDecisions = Callable[[tuple[Decision, ...]], None]
+# Called once with the reason when the run cannot go on: no engine usable for too long.
+OnFailed = Callable[[str], None]
 
 
 class EpisodeResult(Protocol):
@@ -128,6 +135,7 @@ class ControlLoop(Generic[P, R]):
         dispatcher_config: DispatcherConfig | None = None,
         on_finished: OnFinished[P, R] | None = None,
         on_decisions: OnDecisions | None = None,
+        on_failed: OnFailed | None = None,
     ) -> None:
         self.config = config or LoopConfig()
         self._controller = controller
@@ -135,6 +143,8 @@ class ControlLoop(Generic[P, R]):
         self._clock = clock
         self._on_finished = on_finished
         self._on_decisions = on_decisions
+        self._on_failed = on_failed
+        self.failure: str | None = None  # why the run cannot go on, once it cannot
         self._log: deque[Decision] = deque(maxlen=self.config.decision_log_size)
         self._engines = tuple(engines)
         self._down: frozenset[str] = frozenset()
@@ -149,6 +159,7 @@ class ControlLoop(Generic[P, R]):
             cap=0,  # nothing runs before the loop does
             config=dispatcher_config,
             engines=self._engines,
+            on_engine=self._engine_changed,
         )
 
     @property
@@ -195,6 +206,7 @@ class ControlLoop(Generic[P, R]):
         while True:
             started = self._clock.now()
             await self._poll_once()
+            self._check_engines()
             await self._clock.sleep(max(0.0, started + self.config.poll_period - self._clock.now()))
 
     async def _poll_once(self) -> None:
@@ -225,6 +237,39 @@ class ControlLoop(Generic[P, R]):
             logger.info("control loop: engine %s is back; it takes new groups again", engine)
         self._down = down
         self.dispatcher.set_engines(e for e in self._engines if e not in down)
+
+    def _check_engines(self) -> None:
+        """Fail the run, once, when no engine has been usable for the breakers' give-up time;
+        checked every poll, so it fails at most a poll period after that time."""
+        if self.failure is not None:
+            return
+        reason = self.dispatcher.breakers.gave_up(self._clock.now())
+        if reason is None:
+            return
+        self.failure = reason
+        logger.error("control loop: the run cannot go on: %s", reason)
+        if self._on_failed is not None:
+            self._on_failed(reason)
+
+    def _engine_changed(self, change: EngineChange) -> None:
+        """An engine taken out of routing or brought back: a decision on the run's timeline."""
+        cap = self._controller.cap
+        out = change.kind is ChangeKind.OUT
+        self._apply(
+            (
+                Decision(
+                    at=change.at,
+                    kind=DecisionKind.ENGINE_OUT if out else DecisionKind.ENGINE_BACK,
+                    cause=Cause.ENGINE_FAILING if out else Cause.ENGINE_ANSWERS,
+                    signal=self._controller.make_stats(change.at).signal,
+                    cap_before=cap,
+                    cap_after=cap,
+                    reason=change.reason,
+                    alert=change.alert,
+                    figures={"failures": change.failures, "backoff_s": change.backoff_s},
+                ),
+            )
+        )
 
     def _finished(self, finished: FinishedEpisode[P, R]) -> None:
         """The dispatcher's callback for every episode that left the pool."""

@@ -57,6 +57,8 @@ class Cause(StrEnum):
     REQUESTS_OVER_PERMITS = "requests over permits"  # engines hold requests no episode owns
     PIN_EXPIRED = "pin expired"  # an operator pin reached its time limit
     EVAL = "eval"  # an evaluation wave joined the pool
+    ENGINE_FAILING = "engine failing"  # an engine's episodes kept failing
+    ENGINE_ANSWERS = "engine answers"  # an episode on an engine out of routing completed
 
 
 class DecisionKind(StrEnum):
@@ -76,12 +78,15 @@ class DecisionKind(StrEnum):
     STALE_THAW = "stale-thaw"  # metrics fresh again: adaptation resumes
     RECONCILE = "reconcile"  # engine requests and permits disagree: the cap holds, an alert
     EVAL_WAVE = "eval-wave"  # the orchestrator started an evaluation wave in the shared pool
+    ENGINE_OUT = "engine-out"  # an engine's episodes kept failing: no new group goes to it
+    ENGINE_BACK = "engine-back"  # an engine out of routing answered: it takes groups again
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     """One controller decision and the figures that justified it (the orchestrator adds one
-    kind of its own: an evaluation wave joining the pool, since it shares the cap).
+    kind of its own: an evaluation wave joining the pool, since it shares the cap; the
+    control loop adds engines taken out of routing and brought back).
 
     While an operator pin holds the cap (or an observe-only run keeps it fixed), ``cap_*`` is
     the cap in force and ``shadow_*`` is what the policy computes meanwhile; otherwise the

@@ -87,7 +87,11 @@ class Monitor:
 
 class LoopHarness:
     def __init__(
-        self, controller: Steering, log_size: int = 10_000, engines: tuple[str, ...] = ("e0",)
+        self,
+        controller: Steering,
+        log_size: int = 10_000,
+        engines: tuple[str, ...] = ("e0",),
+        dispatcher_config: DispatcherConfig = UNPACED,
     ) -> None:
         self.clock = ManualClock()
         self.episodes = Episodes()
@@ -101,7 +105,7 @@ class LoopHarness:
             clock=self.clock,
             engines=engines,
             config=LoopConfig(poll_period=PERIOD, decision_log_size=log_size),
-            dispatcher_config=UNPACED,
+            dispatcher_config=dispatcher_config,
             on_finished=self.finished.append,
         )
         self._groups = 0

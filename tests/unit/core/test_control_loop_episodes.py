@@ -3,14 +3,16 @@ groups go when engines fail."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
 
 from tests.unit.core.builders import sample
-from tests.unit.core.loop_harness import PERIOD, Done, MakeLoop, reference
+from tests.unit.core.loop_harness import PERIOD, UNPACED, Done, MakeLoop, reference
 from workers.core.control_loop import EpisodeFailed
 from workers.core.decisions import DecisionKind
+from workers.core.dispatch.breaker import BreakerConfig
 from workers.core.dispatch.pacing import PacingConfig
 from workers.core.dispatch.permits import PermitOutcome
 from workers.core.samples import EngineHealth
@@ -51,7 +53,10 @@ async def test_failed_episodes_are_fed_but_never_grow_the_cap(
     make_loop: MakeLoop, ending: str
 ) -> None:
     ctl = reference(start=4)
-    h = await make_loop(ctl)
+    # Twelve failures in a row on one engine would take it out of routing (test_breaker.py):
+    # here the failures must keep coming.
+    never_out = dataclasses.replace(UNPACED, breaker=BreakerConfig(failures=1_000_000))
+    h = await make_loop(ctl, dispatcher_config=never_out)
     h.submit(20)
     await h.settle()
     for _ in range(3):  # at least three full turnovers: a clear pool would grow x1.95
@@ -141,3 +146,27 @@ async def test_a_stale_engine_keeps_taking_groups(make_loop: MakeLoop) -> None:
     h.submit(2, size=2)
     await h.settle()
     assert {h.episodes.engine_of[key] for key in h.episodes.running} == {"e0", "e1"}
+
+
+async def test_an_engine_out_and_back_are_decisions_and_no_usable_engine_fails_the_run(
+    make_loop: MakeLoop,
+) -> None:
+    failed: list[str] = []
+    config = dataclasses.replace(
+        UNPACED, breaker=BreakerConfig(failures=2, backoff_s=1.0, give_up_s=3 * PERIOD)
+    )
+    h = await make_loop(reference(start=2), dispatcher_config=config)
+    h.loop._on_failed = failed.append
+    h.submit(10)
+    await h.settle()
+    h.episodes.fail(2)
+    await h.settle()
+    [out] = [d for d in h.loop.decisions if d.kind is DecisionKind.ENGINE_OUT]
+    assert out.alert and out.cause.value == "engine failing" and out.cap_after == out.cap_before
+    assert out.figures == {"failures": 2.0, "backoff_s": 1.0}
+    for _ in range(3):
+        await h.advance(PERIOD)
+    assert failed and failed[0].startswith("no engine has been usable for ")
+    assert h.loop.failure == failed[0]
+    await h.advance(PERIOD)
+    assert len(failed) == 1  # said once

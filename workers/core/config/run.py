@@ -17,6 +17,8 @@ core's own config dataclasses, and is judged by their own checks:
     [concurrency.pacer]       # PacerConfig fields; [concurrency.reference], [concurrency.pacing],
                               # [concurrency.gradient2]
     target_kv_usage = 0.85
+    [concurrency.breaker]     # BreakerConfig: failing engines out of routing, and giving up
+    failures = 5
 
     [[env]]
     name = "multiturn"
@@ -47,6 +49,7 @@ from workers.core.controller.policies.gradient2 import Gradient2Config, Gradient
 from workers.core.controller.policies.pacer import PacerConfig, PacerPolicy
 from workers.core.controller.policies.reference import ReferenceConfig, ReferencePolicy
 from workers.core.controller.records import ControllerConfig
+from workers.core.dispatch.breaker import BreakerConfig
 from workers.core.dispatch.pacing import PacingConfig
 from workers.core.dispatch.permits import EpisodeKind
 from workers.core.dispatch.records import DispatcherConfig
@@ -70,6 +73,7 @@ class ConcurrencySettings:
     pacer: PacerConfig
     reference: ReferenceConfig
     gradient2: Gradient2Config
+    breaker: BreakerConfig
 
     def make_policy(self) -> Policy:
         if self.policy == "pacer":
@@ -158,7 +162,9 @@ class RunConfig:
     @property
     def dispatcher(self) -> DispatcherConfig:
         return DispatcherConfig(
-            max_off_policy_steps=self.max_off_policy_steps, pacing=self.concurrency.pacing
+            max_off_policy_steps=self.max_off_policy_steps,
+            pacing=self.concurrency.pacing,
+            breaker=self.concurrency.breaker,
         )
 
 
@@ -232,8 +238,9 @@ def _concurrency(table: Table) -> ConcurrencySettings | None:
     pacer = table.dataclass(PacerConfig, "pacer")
     reference = table.dataclass(ReferenceConfig, "reference")
     gradient2 = table.dataclass(Gradient2Config, "gradient2")
+    breaker = table.dataclass(BreakerConfig, "breaker")
     table.finish()
-    parts = (policy, observe, poll, controller, pacing, pacer, reference, gradient2)
+    parts = (policy, observe, poll, controller, pacing, pacer, reference, gradient2, breaker)
     if any(part is None for part in parts):
         return None
     return ConcurrencySettings(*parts)  # type: ignore[arg-type]

@@ -8,16 +8,23 @@ The caller injects how an episode runs (an async callable given the episode and 
 the HTTP rollout lives there), which engines are healthy, and the clock. Cancelling an
 episode's task raises CancelledError inside that callable, which closes its HTTP request, and
 vLLM aborts a request whose client disconnects, freeing its KV.
+
+Routing also asks the engines' breakers (``breaker.py``): an engine whose episodes keep
+failing gets no new group until a probe after its backoff, so one failing fast (and so always
+the least loaded) cannot take every group. Each engine taken out or brought back goes to
+``on_engine``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Coroutine, Iterable
 from functools import partial
 from typing import Any, Generic
 
 from workers.core.clock import Clock
+from workers.core.dispatch.breaker import EngineBreakers, EngineChange
 from workers.core.dispatch.episodes import (
     CancelReason,
     EpisodeTicket,
@@ -34,6 +41,7 @@ from workers.core.dispatch.tallies import Tallies
 
 RunEpisode = Callable[[EpisodeTicket[P], str], Coroutine[Any, Any, R]]
 OnFinished = Callable[[FinishedEpisode[P, R]], None]
+OnEngine = Callable[[EngineChange], None]
 
 
 class Dispatcher(Generic[P, R]):
@@ -51,19 +59,23 @@ class Dispatcher(Generic[P, R]):
         cap: int,
         config: DispatcherConfig | None = None,
         engines: Iterable[str] = (),
+        on_engine: OnEngine | None = None,
     ) -> None:
         self.config = config or DispatcherConfig()
         self._run_episode = run_episode
         self._on_finished = on_finished
+        self._on_engine = on_engine
         self._clock = clock
         self._cap = _checked_cap(cap)
         self._healthy: tuple[str, ...] = tuple(engines)
+        self.breakers = EngineBreakers(self._healthy, self.config.breaker, now=clock.now())
         self._ledger = PermitLedger()
         self._pacer = AdmissionPacer(self.config.pacing)
         self._tallies = Tallies()
         self._queue = GroupQueue()
         self._policy_version = 0
         self._timer: asyncio.Task[None] | None = None
+        self._timer_at = math.inf  # when the pending timer wakes
         self._closed = False
 
     @property
@@ -106,6 +118,7 @@ class Dispatcher(Generic[P, R]):
         engines = tuple(healthy)
         _running_loop()
         self._healthy = engines
+        self.breakers.observe(engines, self._clock.now())
         self._refill()
 
     def shed(self, count: int) -> ShedReport:
@@ -200,16 +213,23 @@ class Dispatcher(Generic[P, R]):
                 return
             allowed = self._pacer.available(now, self._cap, group.spec.size)
             if allowed <= 0:
-                self._arm_timer()
+                self._arm_timer(self._pacer.next_expiry())
                 return
-            self._start(group, min(room, allowed, group.remaining), now)
+            if not self._start(group, min(room, allowed, group.remaining), now):
+                self._arm_timer(self.breakers.next_probe_at())
+                return
 
-    def _start(self, group: Group, count: int, now: float) -> None:
+    def _start(self, group: Group, count: int, now: float) -> bool:
+        """Admit ``count`` episodes of ``group`` on its engine (routing it first if it has
+        none, or one that left); False when no engine takes a new group now."""
         spec = group.spec
         loop = _running_loop()
         engine = group.engine_id
-        if engine is None or engine not in self._healthy:
-            engine = group.engine_id = min(self._healthy, key=self._ledger.inflight_on)
+        if engine is None or engine not in self._healthy or not self.breakers.keeps(engine):
+            engine = self._route(now)
+            if engine is None:
+                return False
+            group.engine_id = engine
         for index in self._queue.admit(group, count):
             ticket = EpisodeTicket(
                 spec.group_id, index, spec.kind, spec.env, spec.policy_version, spec.payloads[index]
@@ -220,6 +240,17 @@ class Dispatcher(Generic[P, R]):
             live.task.add_done_callback(partial(self._finish, group, live))
             self._tallies.admitted(spec.kind, spec.env, engine)
         self._pacer.admit(now, count)
+        return True
+
+    def _route(self, now: float) -> str | None:
+        """The engine a new group goes to: the routable one with the fewest episodes in flight
+        (an engine out of routing whose backoff passed has none, so it gets its probe)."""
+        routable = [e for e in self._healthy if self.breakers.takes_new(e, now)]
+        if not routable:
+            return None
+        engine = min(routable, key=self._ledger.inflight_on)
+        self.breakers.routed(engine, now)
+        return engine
 
     async def _episode(self, ticket: EpisodeTicket[P], engine: str) -> R:
         """The episode's own task. Calling the run-episode callable inside it means that one
@@ -228,16 +259,21 @@ class Dispatcher(Generic[P, R]):
         permit issued and no task to return it."""
         return await self._run_episode(ticket, engine)
 
-    def _arm_timer(self) -> None:
-        if self._timer is not None and not self._timer.done():
+    def _arm_timer(self, wake_at: float | None) -> None:
+        """Refill at ``wake_at`` (a pacing window's expiry, an engine's probe), unless a timer
+        wakes sooner already: each wake-up refills, and arms the next timer it needs."""
+        if wake_at is None:
             return
-        wake_at = self._pacer.next_expiry()
-        if wake_at is not None:
-            self._timer = asyncio.get_running_loop().create_task(self._wake(wake_at))
+        if self._timer is not None and not self._timer.done():
+            if self._timer_at <= wake_at:
+                return
+            self._timer.cancel()
+        self._timer_at = wake_at
+        self._timer = asyncio.get_running_loop().create_task(self._wake(wake_at))
 
     async def _wake(self, at: float) -> None:
         await self._clock.sleep(max(0.0, at - self._clock.now()))
-        self._timer = None
+        self._timer, self._timer_at = None, math.inf
         self._refill()
 
     # -- endings ---------------------------------------------------------------------------
@@ -258,6 +294,7 @@ class Dispatcher(Generic[P, R]):
             result = task.result()
             self._pacer.refund()  # kept only while its slot is under the cap (``_refill``)
         live.permit.release(outcome)
+        self._judge(live, outcome, error, now)
         ticket = live.ticket
         self._tallies.ended(ticket.kind, ticket.env, live.permit.engine_id, outcome, reason)
         self._queue.ended(group, ticket.index)
@@ -276,6 +313,22 @@ class Dispatcher(Generic[P, R]):
             self._on_finished(finished)
         finally:
             self._refill()
+
+    def _judge(
+        self, live: LiveEpisode, outcome: PermitOutcome, error: BaseException | None, now: float
+    ) -> None:
+        """Feed the engine's breaker with how its episode ended (a cancellation says nothing
+        about the engine), and pass on a change of its standing."""
+        engine = live.permit.engine_id
+        if outcome is PermitOutcome.COMPLETED:
+            change = self.breakers.succeeded(engine, now)
+        elif outcome is PermitOutcome.FAILED:
+            text = str(error) or type(error).__name__
+            change = self.breakers.failed(engine, started_at=live.started_at, now=now, error=text)
+        else:
+            return
+        if change is not None and self._on_engine is not None:
+            self._on_engine(change)
 
     def _close(self, group: Group, reason: CancelReason) -> int:
         """Close a group: no more admissions, its live episodes cancelled (an episode already

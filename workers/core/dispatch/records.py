@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from workers.core.dispatch.breaker import BreakerConfig
 from workers.core.dispatch.pacing import PacingConfig
 from workers.core.dispatch.tallies import Tally, TallyKey
 from workers.core.validation import check_range
@@ -13,6 +14,7 @@ from workers.core.validation import check_range
 class DispatcherConfig:
     max_off_policy_steps: int = 8  # prime-rl's orchestrator default
     pacing: PacingConfig = field(default_factory=PacingConfig)
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
 
     def __post_init__(self) -> None:
         check_range("max_off_policy_steps", self.max_off_policy_steps, 0, 1_000_000)

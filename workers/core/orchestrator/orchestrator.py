@@ -131,6 +131,7 @@ class Orchestrator:
             dispatcher_config=config.dispatcher,
             on_finished=self._finished,
             on_decisions=self._decided,
+            on_failed=self._fail,
         )
         self._book = GroupBook()
         self._step = start.step
@@ -141,6 +142,7 @@ class Orchestrator:
         self._prefix = f"s{start.step}-"  # group ids stay unique across resumed runs
         self._accepting = False
         self._stop_reason: str | None = None
+        self._failure: str | None = None  # why the run cannot go on (no engine usable)
         self._changed = asyncio.Event()
         self._tally = StepTally(clock.now())
 
@@ -272,9 +274,18 @@ class Orchestrator:
         self._book.forget(dropped)
         self._tally.dropped_groups += len(dropped)
 
+    def _fail(self, reason: str) -> None:
+        """The control loop's word that the run cannot go on: the wait for the next batch
+        (or the last evaluation waves) ends in RunFailed with ``reason``."""
+        self._failure = reason
+        self._changed.set()
+
     async def _until(self, condition: Callable[[], bool]) -> bool:
-        """Wait until ``condition`` holds; False when stopped first."""
+        """Wait until ``condition`` holds; False when stopped first, RunFailed when the run
+        cannot go on."""
         while not condition():
+            if self._failure is not None:
+                raise RunFailed(self._failure)
             if self._stop_reason is not None:
                 return False
             self._changed.clear()
