@@ -199,7 +199,10 @@ async def test_eval_waves_share_the_pool_and_are_reported_per_kind() -> None:
     assert [(e.wave, e.after_step) for e in heard.evals] == [(1, 2), (2, 4)]  # the last too
     assert [(w.wave, w.after_step) for w in heard.started] == [(1, 2), (2, 4)]
     assert all(e.episodes == {"arithmetic": 6} for e in heard.evals)
-    assert sum(r.finished_eval for r in heard.steps) >= 6
+    # Eval episodes are counted in the next step's report: all of the first wave's, when it
+    # finished before the last step was written (on the real clock it may finish after).
+    if heard.evals[0].finished_at < heard.steps[-1].written_at:
+        assert sum(r.finished_eval for r in heard.steps) >= 6
     assert all(s.env == "multiturn" for b in writer.batches for s in b.samples)
 
 
