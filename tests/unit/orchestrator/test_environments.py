@@ -15,6 +15,7 @@ from workers.core.environments.base import EpisodeError, Sampling, Session
 from workers.core.environments.multiturn import MultiTurn, length_score
 from workers.core.environments.registry import make_environment
 from workers.core.environments.shapes import Distribution, read_distribution
+from workers.core.environments.targetwords import TargetWords
 
 
 def session(engine: WordEngine, seed: int = 7, **kwargs: object) -> Session:
@@ -46,6 +47,34 @@ async def test_arithmetic_rewards_the_right_answer_and_only_it() -> None:
     assert (right.reward, wrong.reward) == (1.0, 0.0)
     assert right.metadata["question"] == question
     assert eval(question) == expected  # the task's own arithmetic, checked independently
+
+
+# -- target words ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "reward"),
+    [(" ba ko mi", 1.0), (" ba zu", 0.5), (" bake kobo", 0.0), (" Ba, KO!", 1.0), ("", 0.0)],
+)
+def test_target_words_reward_the_share_of_whole_words_that_are_targets(
+    text: str, reward: float
+) -> None:
+    assert TargetWords(frozenset({"ba", "ko", "mi"})).score(text) == reward
+
+
+async def test_a_target_words_episode_is_scored_from_the_text_the_engine_sampled() -> None:
+    env = build("targetwords", {"targets": "ba zu"})
+    assert isinstance(env, TargetWords) and env.targets == {"ba", "zu"}
+    hit = await env.run(session(WordEngine(answer=lambda t: "zu ba lo lo")), 5)
+    miss = await env.run(session(WordEngine(answer=lambda t: "lo lo")), 5)
+    assert (hit.reward, miss.reward) == (0.5, 0.0)
+    assert hit.metadata["answer"].split() == ["zu", "ba", "lo", "lo"]
+
+
+@pytest.mark.parametrize("targets", ["", "Ba ko", "ba, ko", 7])
+def test_target_words_refuse_targets_that_are_not_lower_case_words(targets: object) -> None:
+    with pytest.raises(ConfigError, match=r"args\.targets"):
+        build("targetwords", {"targets": targets})
 
 
 # -- the session -------------------------------------------------------------------------------

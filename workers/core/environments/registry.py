@@ -14,11 +14,12 @@ from workers.core.environments.arithmetic import Arithmetic
 from workers.core.environments.base import Environment
 from workers.core.environments.longtail import LongTail
 from workers.core.environments.multiturn import MultiTurn
+from workers.core.environments.targetwords import TargetWords
 
 ENTRY_POINT_GROUP = "pacer.environments"
 BUILT_IN: dict[str, type[Environment]] = {
     env.name: env  # type: ignore[misc]
-    for env in (Arithmetic, MultiTurn, LongTail)
+    for env in (Arithmetic, MultiTurn, LongTail, TargetWords)
 }
 
 
