@@ -16,6 +16,7 @@ from workers.core.config.run import RunConfig, parse_run_config
 from workers.core.decisions import Decision, DecisionKind
 from workers.core.orchestrator.batches import Batch, EvalReport, StepReport, group_advantages
 from workers.core.orchestrator.orchestrator import Orchestrator, RunOutcome, StartPoint
+from workers.core.orchestrator.ports import Ack
 
 ENGINES = ("e0", "e1")
 
@@ -37,12 +38,12 @@ class MemoryWriter:
 
 class Acks:
     def __init__(self) -> None:
-        self.versions: dict[int, asyncio.Future[int]] = {}
+        self.acks: dict[int, asyncio.Future[Ack]] = {}
 
-    def future(self, step: int) -> asyncio.Future[int]:
-        return self.versions.setdefault(step, asyncio.get_running_loop().create_future())
+    def future(self, step: int) -> asyncio.Future[Ack]:
+        return self.acks.setdefault(step, asyncio.get_running_loop().create_future())
 
-    async def wait(self, step: int) -> int:
+    async def wait(self, step: int) -> Ack:
         return await self.future(step)
 
 
@@ -144,17 +145,20 @@ async def test_with_an_external_trainer_no_step_is_written_before_the_last_is_ac
 ):
     cfg = config(trainer={"mode": "external", "ack_timeout_s": 5.0})
     writer, heard, acks = MemoryWriter(), Recorder(), Acks()
-    run = asyncio.ensure_future(orchestrator(cfg, writer, heard, acks=acks).run())
+    orch = orchestrator(cfg, writer, heard, acks=acks)
+    run = asyncio.ensure_future(orch.run())
     while not writer.batches:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.2)
     assert [b.step for b in writer.batches] == [1]  # waiting for the trainer
-    acks.future(1).set_result(7)
-    acks.future(2).set_result(8)
-    acks.future(3).set_result(9)
+    assert orch.checkpoint is None  # the engines' own weights until a trainer sends some
+    acks.future(1).set_result(Ack(7, "/ckpt/7"))
+    acks.future(2).set_result(Ack(8, "/ckpt/8"))
+    acks.future(3).set_result(Ack(9, "/ckpt/9"))
     result = await run
     assert (result.outcome, result.policy_version) == (RunOutcome.COMPLETED, 9)
     assert [b.policy_version for b in writer.batches] == [0, 7, 8]
+    assert orch.checkpoint == "/ckpt/9"  # the acknowledged weights, for the engines to serve
 
 
 async def test_a_missed_acknowledgement_fails_the_run_with_that_reason() -> None:
