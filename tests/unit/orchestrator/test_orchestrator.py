@@ -4,12 +4,15 @@ time; the trainer's acknowledgements; evaluation waves in the shared pool."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.model_folders import model_folder
 from tests.unit.orchestrator.fakes import WordEngine, healthy
 from workers.core.clock import MonotonicClock
 from workers.core.config.run import RunConfig, parse_run_config
@@ -17,6 +20,7 @@ from workers.core.decisions import Decision, DecisionKind
 from workers.core.orchestrator.batches import Batch, EvalReport, StepReport, group_advantages
 from workers.core.orchestrator.orchestrator import Orchestrator, RunOutcome, StartPoint
 from workers.core.orchestrator.ports import Ack
+from workers.runtime.acks import FileAcks
 
 ENGINES = ("e0", "e1")
 
@@ -168,6 +172,28 @@ async def test_a_missed_acknowledgement_fails_the_run_with_that_reason() -> None
     assert result.outcome is RunOutcome.FAILED
     assert result.reason == "the trainer did not acknowledge step 1 within 0.3 s"
     assert [b.step for b in writer.batches] == [1]
+
+
+async def test_the_file_form_carries_checkpoints_and_a_bad_one_fails_the_run_saying_why(
+    tmp_path: Path,
+) -> None:
+    """``<output>/acks/N`` as a trainer outside the control plane writes it: step 1's
+    checkpoint is taken; step 2's names a folder that is not there, so the run ends on the
+    version and weights it had, with the reason."""
+    cfg = config(trainer={"mode": "external", "ack_timeout_s": 5.0})
+    writer, folder = MemoryWriter(), model_folder(tmp_path / "ckpt" / "v1")
+    acks = FileAcks(tmp_path / "acks", MonotonicClock(), checkpoints=tmp_path)
+    (acks.folder / "1").write_text(json.dumps({"policy_version": 1, "checkpoint": "ckpt/v1"}))
+    (acks.folder / "2").write_text(json.dumps({"policy_version": 2, "checkpoint": "ckpt/v2"}))
+    orch = orchestrator(cfg, writer, Recorder(), acks=acks)
+    result = await orch.run()
+    assert result.outcome is RunOutcome.FAILED
+    assert result.reason == (
+        f"the acknowledgement in {acks.folder / '2'} is refused: "
+        "checkpoint 'ckpt/v2' does not exist"
+    )
+    assert (result.policy_version, orch.checkpoint) == (1, str(folder.resolve()))
+    assert [b.step for b in writer.batches] == [1, 2]
 
 
 async def test_eval_waves_share_the_pool_and_are_reported_per_kind() -> None:
