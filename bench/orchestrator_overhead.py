@@ -25,7 +25,7 @@ from inference.metrics.monitor import EngineMonitor
 from inference.rollout_client import RolloutClient
 from workers.core.clock import MonotonicClock
 from workers.core.config.run import RunConfig, parse_run_config
-from workers.core.orchestrator.batches import Batch
+from workers.core.orchestrator.batches import Batch, StepReport
 from workers.core.orchestrator.orchestrator import Orchestrator
 from workers.core.samples import EngineHealth, EngineRole, LoadSample
 from workers.core.turns import Turn, TurnResult
@@ -56,8 +56,10 @@ class NoFiles:
     def written_steps(self) -> set[int]:
         return set()
 
-    def write(self, batch: Batch) -> str:
+    def write(self, batch: Batch, report: StepReport) -> None:
         self.samples += len(batch.samples)
+
+    def path_of(self, step: int) -> str:
         return "memory"
 
 

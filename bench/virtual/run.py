@@ -24,7 +24,7 @@ from workers.core.clock import ManualClock
 from workers.core.config.run import RunConfig
 from workers.core.dispatch.episodes import FinishedEpisode
 from workers.core.dispatch.permits import PermitOutcome
-from workers.core.orchestrator.batches import Batch
+from workers.core.orchestrator.batches import Batch, StepReport
 from workers.core.orchestrator.orchestrator import Orchestrator
 from workers.core.samples import EngineRole, LoadSample
 
@@ -58,8 +58,11 @@ class NoWriter:
     def written_steps(self) -> set[int]:
         return set()
 
-    def write(self, batch: Batch) -> str:
+    def path_of(self, step: int) -> str:
         return ""
+
+    def write(self, batch: Batch, report: StepReport) -> None:
+        return None
 
 
 class Recorder:

@@ -85,6 +85,8 @@ class Run(models.Model):
     policy_version = models.PositiveIntegerField(default=0)
     eval_waves = models.PositiveIntegerField(default=0)
     controller_state = models.JSONField(null=True, blank=True)
+    # When controller_state was saved (wall clock): a restore ages its pin by the time away.
+    controller_state_at = models.DateTimeField(null=True, blank=True)
     model_name = models.CharField(max_length=300, blank=True, default="")  # as served
     output_dir = models.CharField(max_length=1000, blank=True, default="")
     # When its task was last sent: a run queued long ago and never leased lost its task (a
@@ -290,14 +292,15 @@ class StepRecord(models.Model):
 
 
 class EvalRecord(models.Model):
-    """One finished evaluation wave, per environment."""
+    """One evaluation wave, per environment: recorded as it starts (``finished_at`` empty),
+    completed as it ends; one still unfinished when its run is restored is run again."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evals")
     wave = models.PositiveIntegerField()
     after_step = models.PositiveIntegerField()
     policy_version = models.PositiveIntegerField()
     started_at = models.DateTimeField()
-    finished_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
     episodes = models.JSONField(default=dict)  # completed, per environment
     failed = models.JSONField(default=dict)
     reward_mean = models.JSONField(default=dict)

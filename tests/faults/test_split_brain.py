@@ -5,7 +5,6 @@ timeline, no step file, no step record."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -14,15 +13,17 @@ from pathlib import Path
 import pytest
 
 from controlplane.runs.models import Decision, Run, RunState, StepRecord
-from controlplane.runs.services import enqueue, override_create
+from controlplane.runs.services import enqueue
 from tests.faults.conftest import proxy
 from tests.integration.hosting import (
     DbWorker,
+    end_run,
     run_document,
     session_database_url,
     sim_engines,
     start_worker,
-    stop_worker,
+    step_groups,
+    stop_workers,
     wait_for,
 )
 from workers.runtime.lease import LEASE_TTL_S, SWEEP_S
@@ -43,15 +44,6 @@ def hosts_in_order(run: Run) -> list[str]:
     return order
 
 
-def step_groups(steps_dir: Path) -> dict[int, list[str]]:
-    found = {}
-    for folder in steps_dir.iterdir():
-        if folder.name.isdigit():
-            lines = (folder / "samples.jsonl").read_text().splitlines()
-            found[int(folder.name)] = [json.loads(line)["group_id"] for line in lines]
-    return found
-
-
 def assert_written_once(run: Run, steps_dir: Path, group_size: int) -> None:
     on_disk = step_groups(steps_dir)
     assert sorted(on_disk) == list(range(1, max(on_disk) + 1))
@@ -67,13 +59,6 @@ def assert_written_once(run: Run, steps_dir: Path, group_size: int) -> None:
 def host_of(run: Run, first: DbWorker, second: DbWorker) -> DbWorker:
     owner = Run.objects.get(pk=run.pk).lease_owner
     return first if owner.startswith(f"{first.name}-") else second
-
-
-def stop_run(run: Run) -> None:
-    run.refresh_from_db()
-    if not run.is_ended:
-        override_create(run=run, created_by=None, mode="stop", reason="test over")
-    wait_for(lambda: Run.objects.get(pk=run.pk).state in RunState.ended(), 90, "the run to end")
 
 
 def test_a_host_stopped_past_its_lease_writes_nothing_into_the_next_hosts_run(
@@ -106,12 +91,9 @@ def test_a_host_stopped_past_its_lease_writes_nothing_into_the_next_hosts_run(
                 60,
                 "the second worker to go on",
             )
-            stop_run(run)
+            end_run(run)
         finally:
-            for worker in (first, second):
-                if worker is not None and worker.process.poll() is None:
-                    os.killpg(worker.process.pid, signal.SIGCONT)
-                    stop_worker(worker)
+            stop_workers(first, second)
     order = hosts_in_order(run)
     assert len(order) == 2 and order[0].startswith("first-") and order[1].startswith("second-"), (
         order
@@ -159,12 +141,10 @@ def test_a_host_whose_database_hangs_stops_by_its_own_deadline_and_another_takes
                 60,
                 "the second worker to go on",
             )
-            stop_run(run)
+            end_run(run)
         finally:
             db.mend()
-            for worker in (first, second):
-                if worker is not None and worker.process.poll() is None:
-                    stop_worker(worker)
+            stop_workers(first, second)
     assert stopped_s < LEASE_TTL_S, stopped_s
     assert failover_s <= FAILOVER_S, failover_s
     order = hosts_in_order(run)
@@ -215,12 +195,10 @@ def test_runs_of_a_host_whose_database_hangs_go_to_a_healthy_worker_not_back_to_
             failover_s = time.monotonic() - hung_at
             db.mend()
             for run in runs:
-                stop_run(run)
+                end_run(run)
         finally:
             db.mend()
-            for worker in (sick, healthy):
-                if worker is not None and worker.process.poll() is None:
-                    stop_worker(worker)
+            stop_workers(sick, healthy)
     assert failover_s <= FAILOVER_S, failover_s
     for run in runs:
         assert_written_once(run, runs_dir / str(run.pk) / "steps", group_size=4)

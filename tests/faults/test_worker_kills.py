@@ -3,21 +3,20 @@ a step's batch, and in the middle of a drain after a cut."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import time
 from pathlib import Path
 
 import pytest
 
 from controlplane.runs.models import Decision, Run, RunState, StepRecord
-from controlplane.runs.services import enqueue, override_create
+from controlplane.runs.services import enqueue
 from tests.integration.hosting import (
-    DbWorker,
+    end_run,
+    kill_worker,
     run_document,
     sim_engines,
     start_worker,
+    step_groups,
     stop_worker,
     wait_for,
 )
@@ -27,28 +26,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 WATCH_S = 0.0005  # how often the steps folder is looked at for a write in progress
 # A cache of ~6 long contexts per engine: a pool past it preempts, and the policy cuts.
 SMALL_KV = ("--kv-tokens", "12000", "--max-model-len", "8192")
-
-
-def kill(worker: DbWorker) -> None:
-    os.killpg(worker.process.pid, signal.SIGKILL)
-    worker.process.wait()
-
-
-def written_steps(steps_dir: Path) -> dict[int, list[str]]:
-    """Each step on disk and the group ids in it, read from its samples."""
-    found = {}
-    for folder in steps_dir.iterdir():
-        if folder.name.isdigit():
-            lines = (folder / "samples.jsonl").read_text().splitlines()
-            found[int(folder.name)] = [json.loads(line)["group_id"] for line in lines]
-    return found
-
-
-def end(run: Run) -> None:
-    run.refresh_from_db()
-    if not run.is_ended:
-        override_create(run=run, created_by=None, mode="stop", reason="test over")
-    wait_for(lambda: Run.objects.get(pk=run.pk).state in RunState.ended(), 90, "the run to end")
 
 
 def test_a_worker_killed_while_writing_a_batch_leaves_no_half_step_and_none_twice(
@@ -69,19 +46,19 @@ def test_a_worker_killed_while_writing_a_batch_leaves_no_half_step_and_none_twic
             while not any(p.name.startswith(".partial-") for p in steps_dir.iterdir()):
                 assert time.monotonic() < deadline, "no batch write was caught in progress"
                 time.sleep(WATCH_S)
-            kill(host)
-            killed_during = max(written_steps(steps_dir), default=0) + 1
+            kill_worker(host)
+            killed_during = max(step_groups(steps_dir), default=0) + 1
             wait_for(
                 lambda: StepRecord.objects.filter(run=run, step=killed_during + 2).exists(),
                 120,
                 "the other worker to write past the step it was killed in",
             )
-            end(run)
+            end_run(run)
         finally:
             for worker in (first, second):
                 if worker.process.poll() is None:
                     stop_worker(worker)
-    on_disk = written_steps(steps_dir)
+    on_disk = step_groups(steps_dir)
     assert sorted(on_disk) == list(range(1, max(on_disk) + 1))  # no step lost
     groups = [group for step in on_disk.values() for group in step]
     assert len(groups) == 8 * len(set(groups))  # no group in two steps: none written twice
@@ -113,7 +90,7 @@ def test_a_worker_killed_during_a_drain_resumes_holding_it_and_cuts_no_more(
                 every=0.02,
             )
             host = first if stored.lease_owner.startswith("first-") else second
-            kill(host)
+            kill_worker(host)
             draining = stored.controller_state["draining"]
             cut = Decision.objects.filter(run=run, kind="cut").first()
             restore = wait_for(
@@ -128,7 +105,7 @@ def test_a_worker_killed_during_a_drain_resumes_holding_it_and_cuts_no_more(
                 120,
                 "the drain to release after the restore",
             )
-            end(run)
+            end_run(run)
         finally:
             for worker in (first, second):
                 if worker.process.poll() is None:

@@ -4,7 +4,9 @@ workers on the test database and a queue of their own, and waiting on what they 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 import httpx
 from django.db import connection
 
+from controlplane.runs.models import Run, RunState
 from tests.conftest import REPO_ROOT, VENV_BIN, free_port, stop_process_group
 
 T = TypeVar("T")
@@ -186,3 +189,38 @@ def run_document(engines: list[SimEngine], **top: Any) -> dict[str, Any]:
     }
     document.update(top)
     return document
+
+
+def kill_worker(worker: DbWorker) -> None:
+    """SIGKILL to the worker's process group, waited for."""
+    os.killpg(worker.process.pid, signal.SIGKILL)
+    worker.process.wait()
+
+
+def stop_workers(*workers: DbWorker | None) -> None:
+    """Stop every worker still running (SIGCONT first, in case a test left it stopped)."""
+    for worker in workers:
+        if worker is not None and worker.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.process.pid, signal.SIGCONT)
+            stop_worker(worker)
+
+
+def end_run(run: Run) -> None:
+    """Stop the run unless it has ended, and wait until it has."""
+    from controlplane.runs.services import override_create
+
+    run.refresh_from_db()
+    if not run.is_ended:
+        override_create(run=run, created_by=None, mode="stop", reason="test over")
+    wait_for(lambda: Run.objects.get(pk=run.pk).state in RunState.ended(), 90, "the run to end")
+
+
+def step_groups(steps_dir: Path) -> dict[int, list[str]]:
+    """Each step on disk and the group ids in it, read from its samples."""
+    found = {}
+    for folder in steps_dir.iterdir():
+        if folder.name.isdigit():
+            lines = (folder / "samples.jsonl").read_text().splitlines()
+            found[int(folder.name)] = [json.loads(line)["group_id"] for line in lines]
+    return found

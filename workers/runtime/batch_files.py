@@ -2,6 +2,8 @@
 
     <output>/steps/000003/batch.pt       tensors, saved with torch
     <output>/steps/000003/samples.jsonl  one line per sample: where it came from, its score
+    <output>/steps/000003/report.json    the step's report (StepReport's fields), from which
+                                         a run killed before recording the step rebuilds it
 
 ``batch.pt`` holds ``token_ids``, ``loss_mask`` and ``logprobs`` as [samples, longest]
 tensors padded on the right (``lengths`` gives each sample's own), and ``advantages``,
@@ -13,6 +15,7 @@ the rename: a host whose tenure ended while it was writing leaves no step behind
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -23,11 +26,12 @@ from typing import IO, Any
 
 import torch
 
-from workers.core.orchestrator.batches import Batch, Sample
+from workers.core.orchestrator.batches import Batch, Sample, StepReport
 
 STEP_DIGITS = 6
 _STEP_DIR = re.compile(rf"^\d{{{STEP_DIGITS}}}$")
 _PARTIAL = ".partial-"  # prefix of a step still being written
+REPORT = "report.json"  # the step's report, in its folder
 
 
 class TorchBatchWriter:
@@ -42,11 +46,14 @@ class TorchBatchWriter:
     def written_steps(self) -> set[int]:
         return {int(p.name) for p in self.steps_dir.iterdir() if _STEP_DIR.match(p.name)}
 
-    def path_of(self, step: int) -> Path:
+    def path_of(self, step: int) -> str:
+        return str(self._folder(step))
+
+    def _folder(self, step: int) -> Path:
         return self.steps_dir / f"{step:0{STEP_DIGITS}d}"
 
-    def write(self, batch: Batch) -> str:
-        final = self.path_of(batch.step)
+    def write(self, batch: Batch, report: StepReport) -> None:
+        final = self._folder(batch.step)
         if final.exists():
             raise FileExistsError(f"step {batch.step} is written already at {final}")
         partial = self.steps_dir / f"{_PARTIAL}{batch.step}-{os.getpid()}"
@@ -59,6 +66,9 @@ class TorchBatchWriter:
                 for sample in batch.samples:
                     lines.write(json.dumps(sample_record(batch, sample)) + "\n")
                 _sync(lines)
+            with (partial / REPORT).open("w") as record:
+                json.dump(dataclasses.asdict(report), record)
+                _sync(record)
             _sync_dir(partial)
             self._fence()
             partial.rename(final)
@@ -66,7 +76,6 @@ class TorchBatchWriter:
             shutil.rmtree(partial, ignore_errors=True)
             raise
         _sync_dir(self.steps_dir)
-        return str(final)
 
 
 def batch_tensors(batch: Batch) -> dict[str, torch.Tensor | int]:

@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -40,6 +40,7 @@ PAUSED_BY_OPERATOR = "paused by an operator"
 STOPPED_BY_OPERATOR = "stopped by an operator"
 
 Call = Callable[..., Awaitable[Any]]  # runs a function in the run's database thread
+T = TypeVar("T")
 
 
 class Commands:
@@ -86,11 +87,11 @@ class Commands:
         client = aioredis.from_url(self._redis_url)
         try:
             pubsub = client.pubsub()
-            await pubsub.subscribe(control_channel(self.run_id))
+            await _cancellable(pubsub.subscribe(control_channel(self.run_id)))
             await self.apply_pending()  # anything sent before the subscription took
             while True:
-                message = await pubsub.get_message(
-                    ignore_subscribe_messages=True, timeout=RECHECK_S
+                message = await _cancellable(
+                    pubsub.get_message(ignore_subscribe_messages=True, timeout=RECHECK_S)
                 )
                 if message is not None and _kind(message) == "ack":
                     self.acks_changed.set()
@@ -146,6 +147,23 @@ class Commands:
         else:
             decision = self._controller.release(now=now)
         return _with_reason(decision, suffix)
+
+
+async def _cancellable(call: Awaitable[T]) -> T:
+    """``call`` (a redis-py coroutine), then the task's cancellation if redis-py lost it.
+
+    redis-py writes every command through ``asyncio.wait_for``, which on Python 3.11 returns
+    the write's result when the task is cancelled just as the write completes: the
+    cancellation is swallowed, and the listener went on for another ``RECHECK_S`` wait and
+    more, holding its host for ``BACKGROUND_STOP_S`` (a pause applied as a host started, the
+    listener then subscribing, once took 10 s). The task still counts the request
+    (``Task.cancelling``), so it is raised here; on Python 3.12, whose ``wait_for`` keeps
+    it, this never fires."""
+    result = await call
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError("cancelled while redis-py was writing")
+    return result
 
 
 def _with_reason(decision: Decision, suffix: str) -> Decision:

@@ -229,6 +229,7 @@ class Host:
         )
         acked = await self.call(store.acked, self.run_id, last) if last else None
         checkpoint = await self.call(store.last_checkpoint, self.run_id) if last else None
+        unfinished = await self.call(store.open_waves, self.run_id)
         version = run.policy_version
         if config.trainer.mode == "none":
             version = max(version, last)
@@ -248,6 +249,7 @@ class Host:
             registered=registered,
             tenure=self.tenure,
             on_lease_lost=self._abandon,
+            last_step=last,
         )
         if restored is not None:
             reporter.decisions((restored,))
@@ -275,6 +277,7 @@ class Host:
                     version,
                     run.eval_waves,
                     acknowledged=acked is not None,
+                    open_waves=unfinished,
                     checkpoint=checkpoint,
                 ),
             )
@@ -326,9 +329,11 @@ class Host:
     def _controller(self, config: RunConfig, run: Run) -> tuple[Controller | ObserveOnly, Any]:
         if run.controller_state is None:
             return config.concurrency.make_controller(), None
+        saved_at = run.controller_state_at
+        away = 0.0 if saved_at is None else (timezone.now() - saved_at).total_seconds()
         try:
             return config.concurrency.restore_controller(
-                run.controller_state, now=self._clock.now()
+                run.controller_state, now=self._clock.now(), away=away
             )
         except ValueError as refused:
             logger.error("host: stored controller state refused (%s); starting afresh", refused)
@@ -350,6 +355,7 @@ class Host:
             "policy_version": orchestrator.policy_version,
             "eval_waves": orchestrator.waves,
             "controller_state": controller.to_json(now),
+            "controller_state_at": timezone.now(),
         }
         if result is not None:
             fresh = [s for s in result.samples if s.is_fresh]

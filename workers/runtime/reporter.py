@@ -38,7 +38,7 @@ from controlplane.runs.models import EngineSample
 from inference.metrics.monitor import PollResult
 from workers.core.clock import Clock
 from workers.core.decisions import Decision
-from workers.core.orchestrator.batches import EvalReport, StepReport
+from workers.core.orchestrator.batches import EvalReport, StepReport, WaveStart
 from workers.core.samples import LoadSample
 from workers.runtime import store
 from workers.runtime.tenure import Tenure
@@ -52,7 +52,8 @@ CLOSE_RETRY_S = 30.0
 CLOSE_BACKOFF_MAX_S = 4.0
 MAX_BUFFERED_ROWS = 200_000  # about 10 min of 5 s polls of 1,000 engines, held while the DB is away
 Send = Callable[[str, dict[str, Any]], Awaitable[None]]  # a Channels group_send
-STORED_ONLY = frozenset({"controller_state"})  # live figures kept for a restart, not for a page
+# Live figures kept for a restart, not for a page.
+STORED_ONLY = frozenset({"controller_state", "controller_state_at"})
 
 
 @dataclass(slots=True)
@@ -75,6 +76,7 @@ class RunReporter:
         registered: dict[str, str] | None = None,
         tenure: Tenure | None = None,
         on_lease_lost: Callable[[str], None] = lambda reason: None,
+        last_step: int = 0,
     ) -> None:
         self.run_id = run_id
         self._tenure = tenure
@@ -95,7 +97,9 @@ class RunReporter:
         self._last_scrape: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._flushing = asyncio.Lock()  # one flush at a time: a second must not copy the first
-        self.last_step = 0  # the last step written, which decisions are filed under
+        # The last step written, which decisions are filed under: a restored run's stored
+        # step until it writes one, so its restore decision is not filed under step 0.
+        self.last_step = last_step
         self.dropped_samples = 0
         self.failed_flushes = 0
 
@@ -120,6 +124,11 @@ class RunReporter:
         started, written = self.wall(report.started_at), self.wall(report.written_at)
         self._jobs.append(lambda: self._insert_step(report, started, written))
         self._events.append(("run.step", _step_event(report, written)))
+        self._wake.set()
+
+    def eval_started(self, start: WaveStart) -> None:
+        started = self.wall(start.started_at)
+        self._jobs.append(lambda: store.insert_eval_start(self.run_id, self._owner, start, started))
         self._wake.set()
 
     def eval(self, report: EvalReport) -> None:

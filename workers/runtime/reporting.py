@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from workers.core.clock import Clock
 from workers.core.decisions import Decision
-from workers.core.orchestrator.batches import EvalReport, StepReport
+from workers.core.orchestrator.batches import EvalReport, StepReport, WaveStart
 from workers.core.orchestrator.ports import RunReporter
 
 
@@ -28,6 +28,10 @@ class FanOut:
     def step(self, report: StepReport) -> None:
         for reporter in self._reporters:
             reporter.step(report)
+
+    def eval_started(self, start: WaveStart) -> None:
+        for reporter in self._reporters:
+            reporter.eval_started(start)
 
     def eval(self, report: EvalReport) -> None:
         for reporter in self._reporters:
@@ -56,6 +60,9 @@ class Progress:
             + (f", {report.failed} failed" if report.failed else ""),
             report.written_at,
         )
+
+    def eval_started(self, start: WaveStart) -> None:
+        return None  # its eval-wave decision has a line
 
     def eval(self, report: EvalReport) -> None:
         rewards = ", ".join(f"{env} {reward:.3f}" for env, reward in report.reward_mean.items())
@@ -86,6 +93,9 @@ class JsonLines:
 
     def step(self, report: StepReport) -> None:
         self._write("steps", dataclasses.asdict(report))
+
+    def eval_started(self, start: WaveStart) -> None:
+        return None  # evals.jsonl holds finished waves
 
     def eval(self, report: EvalReport) -> None:
         self._write("evals", dataclasses.asdict(report))

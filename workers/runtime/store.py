@@ -12,10 +12,12 @@ lease changes hands; the row lock closes it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -38,8 +40,12 @@ from controlplane.runs.models import (
     StepRecord,
 )
 from workers.core.decisions import Decision
-from workers.core.orchestrator.batches import EvalReport, StepReport
+from workers.core.orchestrator.batches import EvalReport, StepReport, WaveStart
+from workers.core.orchestrator.orchestrator import OpenWave
 from workers.core.orchestrator.ports import Ack
+from workers.runtime.batch_files import REPORT
+
+logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -236,6 +242,33 @@ def end_run(
     return state
 
 
+@fenced
+def insert_eval_start(run_id: int, owner: str, start: WaveStart, started: datetime) -> None:
+    """A wave as it starts, unfinished (no ``finished_at``) until its report replaces it."""
+    EvalRecord.objects.update_or_create(
+        run_id=run_id,
+        wave=start.wave,
+        defaults={
+            "after_step": start.after_step,
+            "policy_version": start.policy_version,
+            "started_at": started,
+            "finished_at": None,
+            "episodes": {},
+            "failed": {},
+            "reward_mean": {},
+        },
+    )
+
+
+def open_waves(run_id: int) -> tuple[OpenWave, ...]:
+    """Waves started and never finished: the host stopped or died while they ran."""
+    rows = EvalRecord.objects.filter(run_id=run_id, finished_at__isnull=True).order_by("wave")
+    return tuple(
+        OpenWave(number, after_step, version)
+        for number, after_step, version in rows.values_list("wave", "after_step", "policy_version")
+    )
+
+
 def pending_overrides(run_id: int) -> list[Override]:
     return list(Override.objects.filter(run_id=run_id, applied_at__isnull=True, error=""))
 
@@ -282,36 +315,72 @@ def record_engine_health(run_id: int, owner: str, health: dict[str, dict[str, An
 @fenced
 def recover_steps(run_id: int, owner: str, steps_dir: Path, written: Iterable[int]) -> int:
     """Records for steps on disk that the database never heard of (the worker died between
-    the two writes), rebuilt from their samples; the last step recorded afterwards."""
+    the two writes), rebuilt from the report in each step's folder; the last step recorded
+    afterwards.
+
+    The report's times are the dead process's monotonic clock, meaningless here: the record
+    is dated by the report file's modification time (it is written just before the folder's
+    rename) and starts ``seconds`` before it. A folder without a readable report (written by
+    a version before reports) is rebuilt from its samples alone, its other figures 0, and
+    the log says so."""
     known = set(StepRecord.objects.filter(run_id=run_id).values_list("step", flat=True))
-    now = timezone.now()
     for step in sorted(set(written) - known):
-        lines = (steps_dir / f"{step:06d}" / "samples.jsonl").read_text().splitlines()
-        samples = [json.loads(line) for line in lines if line]
-        rewards = [s["reward"] for s in samples]
-        mean = sum(rewards) / len(rewards) if rewards else 0.0
-        std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5 if rewards else 0.0
+        folder = steps_dir / f"{step:06d}"
+        try:
+            report, started, finished = _stored_report(folder)
+        except (OSError, ValueError, TypeError, KeyError) as unreadable:
+            logger.warning(
+                "store: step %d of run %d has no readable report (%s); its record is rebuilt "
+                "from its samples, its timings, cap and episode counts recorded as 0",
+                step,
+                run_id,
+                unreadable,
+            )
+            report, started, finished = _report_from_samples(step, folder)
         StepRecord.objects.create(
-            run_id=run_id,
-            step=step,
-            started_at=now,
-            written_at=now,
-            seconds=0.0,
-            policy_version=max((s["policy_version"] for s in samples), default=0),
-            episodes=len(samples),
-            tokens=sum(s["generated_tokens"] for s in samples),
-            reward_mean=mean,
-            reward_std=std,
-            generated_tokens=0,
-            finished_train=0,
-            finished_eval=0,
-            failed=0,
-            cancelled=0,
-            dropped_groups=0,
-            cap=0,
-            inflight=0,
-            path=str(steps_dir / f"{step:06d}"),
+            run_id=run_id, step=step, **step_fields(report, started, finished)
         )
     last = max(known | set(written), default=0)
     Run.objects.filter(pk=run_id).update(step=last)
     return last
+
+
+def _stored_report(folder: Path) -> tuple[StepReport, datetime, datetime]:
+    path = folder / REPORT
+    stored = json.loads(path.read_text())
+    report = StepReport(**{f.name: stored[f.name] for f in dataclasses.fields(StepReport)})
+    written = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    return (
+        dataclasses.replace(report, path=str(folder)),
+        written - timedelta(seconds=report.seconds),
+        written,
+    )
+
+
+def _report_from_samples(step: int, folder: Path) -> tuple[StepReport, datetime, datetime]:
+    lines = (folder / "samples.jsonl").read_text().splitlines()
+    samples = [json.loads(line) for line in lines if line]
+    rewards = [s["reward"] for s in samples]
+    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5 if rewards else 0.0
+    report = StepReport(
+        step=step,
+        started_at=0.0,
+        written_at=0.0,
+        policy_version=max((s["policy_version"] for s in samples), default=0),
+        episodes=len(samples),
+        tokens=sum(s["generated_tokens"] for s in samples),
+        reward_mean=mean,
+        reward_std=std,
+        generated_tokens=0,
+        finished_train=0,
+        finished_eval=0,
+        failed=0,
+        cancelled=0,
+        dropped_groups=0,
+        cap=0,
+        inflight=0,
+        path=str(folder),
+    )
+    now = timezone.now()
+    return report, now, now

@@ -13,7 +13,7 @@ from typing import Any
 
 from workers.core.config.run import WandbSettings
 from workers.core.decisions import Decision
-from workers.core.orchestrator.batches import EvalReport, StepReport
+from workers.core.orchestrator.batches import EvalReport, StepReport, WaveStart
 
 
 class WandbLog:
@@ -63,6 +63,9 @@ class WandbLog:
             },
             step=report.step,
         )
+
+    def eval_started(self, start: WaveStart) -> None:
+        return None  # W&B charts finished waves
 
     def eval(self, report: EvalReport) -> None:
         if self._run is None:

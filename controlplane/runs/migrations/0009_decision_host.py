@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0006_run_idempotency_key"),
+        ("runs", "0008_eval_started"),
     ]
 
     operations = [

@@ -153,6 +153,18 @@ def test_state_survives_a_json_round_trip_without_a_second_bootstrap(policy) -> 
     assert DecisionKind.BOOTSTRAP not in kinds(after)
 
 
+def test_a_pins_time_runs_while_the_run_is_away_and_lapses_at_its_ttl() -> None:
+    ctl = controller(start=100)
+    ctl.pin(60, 45.0, now=0.0)
+    stored = json.loads(json.dumps(ctl.to_json(now=5.0)))  # 40 s left when saved
+    back, _ = Controller.restore(ControllerConfig(), ReferencePolicy(), stored, now=0.0, away=25.0)
+    assert back.make_stats(0.0).pinned_for == pytest.approx(15.0)
+    assert DecisionKind.PIN_EXPIRED not in kinds(back.on_poll(CLEAR, inflight=60, now=14.0))
+    assert DecisionKind.PIN_EXPIRED in kinds(back.on_poll(CLEAR, inflight=60, now=15.5))
+    gone, _ = Controller.restore(ControllerConfig(), ReferencePolicy(), stored, now=0.0, away=90.0)
+    assert DecisionKind.PIN_EXPIRED in kinds(gone.on_poll(CLEAR, inflight=60, now=0.5))
+
+
 def test_a_restored_controller_waits_for_a_fresh_poll_before_growing() -> None:
     ctl = controller(start=100)
     stored = ctl.to_json(now=1.0)

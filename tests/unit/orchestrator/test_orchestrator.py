@@ -17,8 +17,14 @@ from tests.unit.orchestrator.fakes import WordEngine, healthy
 from workers.core.clock import MonotonicClock
 from workers.core.config.run import RunConfig, parse_run_config
 from workers.core.decisions import Decision, DecisionKind
-from workers.core.orchestrator.batches import Batch, EvalReport, StepReport, group_advantages
-from workers.core.orchestrator.orchestrator import Orchestrator, RunOutcome, StartPoint
+from workers.core.orchestrator.batches import (
+    Batch,
+    EvalReport,
+    StepReport,
+    WaveStart,
+    group_advantages,
+)
+from workers.core.orchestrator.orchestrator import OpenWave, Orchestrator, RunOutcome, StartPoint
 from workers.core.orchestrator.ports import Ack
 from workers.runtime.acks import FileAcks
 
@@ -28,16 +34,20 @@ ENGINES = ("e0", "e1")
 class MemoryWriter:
     def __init__(self, written: set[int] | None = None) -> None:
         self.batches: list[Batch] = []
+        self.reports: list[StepReport] = []  # as written with each batch
         self.existing = written or set()
 
     def written_steps(self) -> set[int]:
         return set(self.existing)
 
-    def write(self, batch: Batch) -> str:
+    def write(self, batch: Batch, report: StepReport) -> None:
         assert batch.step not in self.existing, "a written step is never written again"
         self.existing.add(batch.step)
         self.batches.append(batch)
-        return f"memory://{batch.step}"
+        self.reports.append(report)
+
+    def path_of(self, step: int) -> str:
+        return f"memory://{step}"
 
 
 class Acks:
@@ -78,12 +88,16 @@ class Recorder:
         self.heard: list[Decision] = []
         self.steps: list[StepReport] = []
         self.evals: list[EvalReport] = []
+        self.started: list[WaveStart] = []
 
     def decisions(self, decisions: tuple[Decision, ...]) -> None:
         self.heard.extend(decisions)
 
     def step(self, report: StepReport) -> None:
         self.steps.append(report)
+
+    def eval_started(self, start: WaveStart) -> None:
+        self.started.append(start)
 
     def eval(self, report: EvalReport) -> None:
         self.evals.append(report)
@@ -128,6 +142,8 @@ async def test_a_run_writes_max_steps_batches_of_whole_scored_groups() -> None:
         assert {s.policy_version for s in batch.samples} <= set(range(batch.step))
         assert {s.engine for s in batch.samples} <= set(ENGINES)
     assert [r.step for r in heard.steps] == [1, 2, 3]
+    assert writer.reports == heard.steps  # each step's files carry its report
+    assert [r.path for r in heard.steps] == ["memory://1", "memory://2", "memory://3"]
     assert all(r.episodes == 8 and r.cap <= 32 for r in heard.steps)
     assert heard.heard and heard.heard[0].kind is DecisionKind.BOOTSTRAP
 
@@ -211,9 +227,32 @@ async def test_eval_waves_share_the_pool_and_are_reported_per_kind() -> None:
     assert [d.figures["episodes"] for d in waves] == [6, 6]
     assert "share the cap" in waves[0].reason and not waves[0].alert
     assert [(e.wave, e.after_step) for e in heard.evals] == [(1, 2), (2, 4)]  # the last too
+    assert [(w.wave, w.after_step) for w in heard.started] == [(1, 2), (2, 4)]
     assert all(e.episodes == {"arithmetic": 6} for e in heard.evals)
     assert sum(r.finished_eval for r in heard.steps) >= 6
     assert all(s.env == "multiturn" for b in writer.batches for s in b.samples)
+
+
+async def test_a_restored_run_runs_its_unfinished_waves_again_the_final_one_too() -> None:
+    cfg = config(
+        max_steps=4,
+        eval_every=2,
+        env=[
+            {"name": "multiturn", "args": {"turns": 2}},
+            {"name": "arithmetic", "kind": "eval", "episodes": 6},
+        ],
+    )
+    writer, heard = MemoryWriter(written={1, 2, 3, 4}), Recorder()
+    # The stored count lags the wave its record shows started (the host died in between).
+    start = StartPoint(4, 4, waves=1, open_waves=(OpenWave(2, after_step=4, policy_version=4),))
+    orch = orchestrator(cfg, writer, heard, start=start)
+    result = await orch.run()
+    assert (result.outcome, result.step, orch.waves) == (RunOutcome.COMPLETED, 4, 2)
+    assert writer.batches == []  # every step was written before
+    assert [(e.wave, e.after_step, e.policy_version) for e in heard.evals] == [(2, 4, 4)]
+    assert heard.evals[0].episodes == {"arithmetic": 6}
+    (announced,) = [d for d in heard.heard if d.kind is DecisionKind.EVAL_WAVE]
+    assert announced.reason.startswith("Eval wave 2 after step 4 (again:")
 
 
 async def test_stop_leaves_only_whole_steps_and_says_why() -> None:

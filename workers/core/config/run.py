@@ -85,12 +85,14 @@ class ConcurrencySettings:
         return ObserveOnly(controller) if self.observe else controller
 
     def restore_controller(
-        self, stored: Mapping[str, Any], *, now: float
+        self, stored: Mapping[str, Any], *, now: float, away: float = 0.0
     ) -> tuple[Controller | ObserveOnly, Any]:
-        """A controller continued from ``to_json`` output, and its restore decision."""
+        """A controller continued from ``to_json`` output saved ``away`` seconds ago, and its
+        restore decision."""
+        policy = self.make_policy()
         if self.observe:
-            return ObserveOnly.restore(self.controller, self.make_policy(), stored, now=now)
-        return Controller.restore(self.controller, self.make_policy(), stored, now=now)
+            return ObserveOnly.restore(self.controller, policy, stored, now=now, away=away)
+        return Controller.restore(self.controller, policy, stored, now=now, away=away)
 
     @property
     def loop(self) -> LoopConfig:

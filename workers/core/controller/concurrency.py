@@ -228,11 +228,17 @@ class Controller:
 
     @classmethod
     def restore(
-        cls, config: ControllerConfig, policy: Policy, data: Mapping[str, Any], *, now: float
+        cls,
+        config: ControllerConfig,
+        policy: Policy,
+        data: Mapping[str, Any],
+        *,
+        now: float,
+        away: float = 0.0,
     ) -> tuple[Controller, Decision]:
-        """Continue from ``to_json`` output (the rules are ``control_state.resume``'s); the
-        stall clock starts now."""
-        kept, note = resume(config, policy, data, now=now)
+        """Continue from ``to_json`` output saved ``away`` seconds ago (the rules are
+        ``control_state.resume``'s); the stall clock starts now."""
+        kept, note = resume(config, policy, data, now=now, away=away)
         ctl = cls(config, policy)
         ctl._level, ctl._bootstrapped, ctl._turnover = kept.level, kept.bootstrapped, kept.turnover
         ctl._drain, ctl._overrides.pin = kept.drain, kept.pin

@@ -87,7 +87,13 @@ class ObserveOnly:
 
     @classmethod
     def restore(
-        cls, config: ControllerConfig, policy: Policy, data: Mapping[str, Any], *, now: float
+        cls,
+        config: ControllerConfig,
+        policy: Policy,
+        data: Mapping[str, Any],
+        *,
+        now: float,
+        away: float = 0.0,
     ) -> tuple[ObserveOnly, Decision]:
         """Continue from ``to_json`` output. A stored applied cap outside the current bounds is
         brought inside them, as the shadow's cap is, and the decision says so."""
@@ -99,7 +105,7 @@ class ObserveOnly:
             raise ValueError(f"stored observe-only state lacks field {missing}") from None
         if applied is not None:  # checked before the policy loads anything
             check_cap(applied, 1, MAX_CAP, "observe_applied")
-        inner, decision = Controller.restore(config, policy, shadow, now=now)
+        inner, decision = Controller.restore(config, policy, shadow, now=now, away=away)
         wrapper = cls(inner)
         if applied is not None:
             low, high = config.min_inflight, config.max_inflight

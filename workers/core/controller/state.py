@@ -162,14 +162,23 @@ def save(policy: Policy, kept: Kept, *, now: float) -> dict[str, Any]:
 
 
 def resume(
-    config: ControllerConfig, policy: Policy, data: Mapping[str, Any], *, now: float
+    config: ControllerConfig,
+    policy: Policy,
+    data: Mapping[str, Any],
+    *,
+    now: float,
+    away: float = 0.0,
 ) -> tuple[Kept, str]:
-    """Read what ``save`` wrote, for ``policy`` under ``config``; malformed data raises
-    ValueError naming the fault, and the policy has its state back when this returns.
+    """Read what ``save`` wrote ``away`` seconds ago, for ``policy`` under ``config``;
+    malformed data raises ValueError naming the fault, and the policy has its state back when
+    this returns.
 
     Stored caps outside the current bounds are brought inside them; the note (for the restore
-    decision) says which. A pin that lapsed unnoticed is kept until the next input, which
-    reports its expiry exactly as the stored controller would have.
+    decision) says which. A pin's time runs while no worker hosts the run: what was left of it
+    when saved, less ``away`` (the caller's wall-clock reading, as no monotonic clock spans
+    two processes), so it lapses at its TTL from when it was made. A pin that lapsed
+    meanwhile, or unnoticed, is kept until the next input, which reports its expiry exactly
+    as the stored controller would have.
     """
     state, note = ControllerState.from_json(data).bounded(config.min_inflight, config.max_inflight)
     state.load_policy(policy)
@@ -184,7 +193,7 @@ def resume(
             hard_at_cap=state.hard_at_cap,
             suppressed=state.suppressed_cuts,
         ),
-        pin=None if pin is None else Pin(pin.cap, now + max(0.0, pin.remaining)),
+        pin=None if pin is None else Pin(pin.cap, now + max(0.0, pin.remaining - max(0.0, away))),
         cuts=state.cuts,
         trims=state.trims,
     )

@@ -64,6 +64,17 @@ class StepReport:
 
 
 @dataclass(frozen=True, slots=True)
+class WaveStart:
+    """An evaluation wave as it starts: recorded then, so a run stopped before the wave ends
+    knows to run it again."""
+
+    wave: int
+    after_step: int
+    policy_version: int  # the checkpoint it measures
+    started_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class EvalReport:
     """One finished evaluation wave."""
 

@@ -36,7 +36,7 @@ from workers.core.decisions import Decision
 from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
 from workers.core.dispatch.permits import EpisodeKind
 from workers.core.environments.base import EngineClient, Episode, Session
-from workers.core.orchestrator.batches import Batch
+from workers.core.orchestrator.batches import Batch, WaveStart
 from workers.core.orchestrator.groups import EpisodeSpec, GroupBook, OpenGroup, Wave
 from workers.core.orchestrator.ports import (
     Ack,
@@ -61,13 +61,25 @@ class RunOutcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class OpenWave:
+    """An evaluation wave started before a restart that never finished."""
+
+    number: int
+    after_step: int
+    policy_version: int
+
+
+@dataclass(frozen=True, slots=True)
 class StartPoint:
     """Where a run begins: from scratch, or where a stored run left off."""
 
     step: int = 0  # the last step written
     policy_version: int = 0
-    waves: int = 0  # evaluation waves already run
+    waves: int = 0  # evaluation waves already started
     acknowledged: bool = True  # False: the trainer has yet to acknowledge ``step``
+    # Waves started and not finished (the host stopped or died first): run again, whole, as
+    # the run starts, so every wave started ends with a record (the final one included).
+    open_waves: tuple[OpenWave, ...] = ()
     checkpoint: str | None = None  # the weights of ``policy_version``, if a trainer sent them
 
 
@@ -126,7 +138,8 @@ class Orchestrator:
         self._step = start.step
         self._version = start.policy_version
         self._checkpoint = start.checkpoint
-        self._waves = start.waves
+        # The stored count may lag a wave started just before the host died: its record says.
+        self._waves = max([start.waves, *(wave.number for wave in start.open_waves)])
         self._groups = 0
         self._prefix = f"s{start.step}-"  # group ids stay unique across resumed runs
         self._accepting = False
@@ -182,6 +195,8 @@ class Orchestrator:
             async with self._loop:
                 self._accepting = True
                 try:
+                    for wave in self._start.open_waves:
+                        self._start_wave(wave)
                     self._top_up()
                     outcome, reason = await self._steps()
                 finally:  # a run cancelled (abandoned by its host) submits nothing either
@@ -217,13 +232,13 @@ class Orchestrator:
         return RunOutcome.COMPLETED, f"{self._step} steps written"
 
     async def _write_step(self, step: int) -> None:
+        """The step's report is made as its batch is assembled, before its files, and goes
+        into the step's folder with them: a run killed between the files and the record
+        rebuilds the record from it. So ``written_at`` is when the batch was complete; the
+        time its files take counts into the next step's ``seconds``."""
         samples = self._book.take(self.config.batch_size)
-        path = await asyncio.to_thread(
-            self._writer.write, Batch(step, self._version, tuple(samples))
-        )
         now = self._clock.now()
         tally, self._tally = self._tally, StepTally(now)
-        self._step = step
         dispatcher = self._loop.dispatcher
         report = tally.report(
             step=step,
@@ -232,8 +247,12 @@ class Orchestrator:
             samples=samples,
             cap=dispatcher.cap,
             inflight=dispatcher.inflight,
-            path=path,
+            path=self._writer.path_of(step),
         )
+        await asyncio.to_thread(
+            self._writer.write, Batch(step, self._version, tuple(samples)), report
+        )
+        self._step = step
         if tally.failed:
             logger.warning(
                 "step %d: %d episodes failed; the last: %s", step, tally.failed, tally.last_error
@@ -313,20 +332,34 @@ class Orchestrator:
                 return label
         return self._train[-1][0]
 
-    def _start_wave(self) -> None:
-        self._waves += 1
+    def _start_wave(self, again: OpenWave | None = None) -> None:
+        """A new wave, or ``again`` (a wave left unfinished before a restart) from its start:
+        its episodes' results died with the host that ran them, so all of them run again,
+        under its number, for the checkpoint it was started for."""
         now = self._clock.now()
-        wave = Wave(self._waves, self._step, self._version, now, expected=0)
+        if again is None:
+            self._waves += 1
+            wave = Wave(self._waves, self._step, self._version, now, expected=0)
+        else:
+            wave = Wave(again.number, again.after_step, again.policy_version, now, expected=0)
         self._book.waves[wave.number] = wave
         for book, spec in wave_groups(self._envs, wave, prefix=self._prefix, seed=self.config.seed):
             self._book.open(book)
             self._loop.dispatcher.submit(spec)
             wave.expected += 1
+        self._reporter.eval_started(
+            WaveStart(wave.number, wave.after_step, wave.policy_version, now)
+        )
         dispatcher = self._loop.dispatcher
         signal = self._loop.controller.make_stats(now).signal
         self._loop.command(
             wave_decision(
-                wave, cap=dispatcher.cap, inflight=dispatcher.inflight, signal=signal, now=now
+                wave,
+                cap=dispatcher.cap,
+                inflight=dispatcher.inflight,
+                signal=signal,
+                now=now,
+                again=again is not None,
             )
         )
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from workers.core.decisions import Decision
-from workers.core.orchestrator.batches import Batch, EvalReport, StepReport
+from workers.core.orchestrator.batches import Batch, EvalReport, StepReport, WaveStart
 
 
 class BatchWriter(Protocol):
@@ -15,8 +15,13 @@ class BatchWriter(Protocol):
         """Steps already on disk: a resumed run never writes them again."""
         ...
 
-    def write(self, batch: Batch) -> str:
-        """Write the batch whole or not at all; the path written. Called off the event loop."""
+    def path_of(self, step: int) -> str:
+        """Where ``step``'s batch goes, named by its report before it is written."""
+        ...
+
+    def write(self, batch: Batch, report: StepReport) -> None:
+        """Write the batch and its step's report whole or not at all (a resumed run rebuilds
+        a step's record from the report). Called off the event loop."""
         ...
 
 
@@ -42,6 +47,8 @@ class RunReporter(Protocol):
 
     def step(self, report: StepReport) -> None: ...
 
+    def eval_started(self, start: WaveStart) -> None: ...
+
     def eval(self, report: EvalReport) -> None: ...
 
 
@@ -52,6 +59,9 @@ class QuietReporter:
         return None
 
     def step(self, report: StepReport) -> None:
+        return None
+
+    def eval_started(self, start: WaveStart) -> None:
         return None
 
     def eval(self, report: EvalReport) -> None:

@@ -44,8 +44,11 @@ def wave_groups(
     return made
 
 
-def wave_decision(wave: Wave, *, cap: int, inflight: int, signal: Signal, now: float) -> Decision:
-    """The record that puts a wave on the run's timeline; an alert when it cannot fit."""
+def wave_decision(
+    wave: Wave, *, cap: int, inflight: int, signal: Signal, now: float, again: bool = False
+) -> Decision:
+    """The record that puts a wave on the run's timeline (``again``: a wave left unfinished
+    before a restart, run again); an alert when it cannot fit."""
     fits = wave.expected <= cap
     note = (
         "eval episodes are never shed"
@@ -60,7 +63,9 @@ def wave_decision(wave: Wave, *, cap: int, inflight: int, signal: Signal, now: f
         cap_before=cap,
         cap_after=cap,
         reason=(
-            f"Eval wave {wave.number} after step {wave.after_step}: {wave.expected} episodes "
+            f"Eval wave {wave.number} after step {wave.after_step}"
+            f"{' (again: unfinished when the run was stopped)' if again else ''}: "
+            f"{wave.expected} episodes "
             f"share the cap {cap} with training; {note}"
         ),
         alert=not fits,
