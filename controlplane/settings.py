@@ -20,6 +20,10 @@ VAR_DIR = Path(env_str("PACER_VAR_DIR", str(BASE_DIR / "var")))
 # <PACER_RUNS_DIR>/<dir>/<run id>/ when its config names a folder (workers.runtime.run_folders):
 # the one place web and workers on several machines must share.
 PACER_RUNS_DIR = Path(env_str("PACER_RUNS_DIR", str(VAR_DIR / "runs")))
+# Where a trainer's checkpoints must be for its acknowledgements to name them: the engines
+# load weights from there, so it is a folder they share with web and workers (a volume in
+# docker-compose). Empty: each run's own folder, which the trainer reads its batches from.
+PACER_CHECKPOINTS_DIR = env_str("PACER_CHECKPOINTS_DIR", "")
 
 # Off unless asked for: a debug page shows any signed-in user the code, the settings and the
 # URLconf. scripts/run turns it on for itself only when it serves on loopback.

@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     ack.add_argument("run", type=int)
     ack.add_argument("step", type=int)
     ack.add_argument("--policy-version", type=int, required=True)
+    ack.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="the new version's weights: a model folder inside the run's folder "
+        "(or PACER_CHECKPOINTS_DIR), relative to it unless absolute",
+    )
 
     engines = groups.add_parser("engines", help="engines").add_subparsers(
         dest="command", required=True
@@ -219,10 +225,14 @@ class Cli:
         return 0
 
     def runs_ack(self) -> int:
-        body = {"policy_version": self.args.policy_version}
+        body: dict[str, object] = {"policy_version": self.args.policy_version}
+        if self.args.checkpoint is not None:
+            body["checkpoint"] = self.args.checkpoint
         result = self.api.post(f"/api/runs/{self.args.run}/steps/{self.args.step}/ack/", body)
         verb = "acknowledged" if result["acknowledged"] else "already acknowledged"
-        self.emit(result, f"step {self.args.step} {verb} (policy version {body['policy_version']})")
+        weights = result["step"]["acked_checkpoint"]
+        line = f"step {self.args.step} {verb} (policy version {body['policy_version']}"
+        self.emit(result, line + (f", weights in {weights})" if weights else ")"))
         return 0
 
     # -- engines ----------------------------------------------------------------------------

@@ -49,10 +49,11 @@ with contextlib.suppress(Exception):
 print(" ".join(sorted(name for name in sys.modules if name.startswith("workers."))))
 """
 # Worker code the web side must not import: the tasks, and the runtime that hosts runs (which
-# imports the services: the circle services -> tasks -> host -> services). run_folders is the
-# path rules web and workers share, plain functions on paths that import nothing of the rest.
+# imports the services: the circle services -> tasks -> host -> services). run_folders and
+# checkpoints are the path rules web and workers share (a run's folder, a trainer's
+# checkpoint), plain functions on paths that import nothing of the rest.
 WORKER_ONLY = ("workers.tasks", "workers.runtime.")
-SHARED_RUNTIME = {"workers.runtime.run_folders"}
+SHARED_RUNTIME = {"workers.runtime.run_folders", "workers.runtime.checkpoints"}
 
 
 def test_the_web_side_imports_no_worker_code() -> None:

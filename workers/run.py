@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 import signal
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from workers.core.config.fields import ConfigError
 from workers.core.config.run import RunConfig, parse_run_config_text
 from workers.core.orchestrator.orchestrator import RunOutcome, RunResult
+from workers.runtime.checkpoints import checkpoint_root
 from workers.runtime.foreground import Foreground
 
 EXIT_FAILED, EXIT_REFUSED, EXIT_STOPPED = 1, 2, 130
@@ -66,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         return _refused(args.config, refused)
     output = args.output or Path(config.output_dir or default_output(config))
     try:
-        result = asyncio.run(_run(Foreground(config, output, out=sys.stdout)))
+        checkpoints = checkpoint_root(os.environ.get("PACER_CHECKPOINTS_DIR"), output)
+        foreground = Foreground(config, output, out=sys.stdout, checkpoints=checkpoints)
+        result = asyncio.run(_run(foreground))
     except ConfigError as refused:
         return _refused(args.config, refused)
     except KeyboardInterrupt:

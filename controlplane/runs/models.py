@@ -275,9 +275,16 @@ class StepRecord(models.Model):
     cap = models.PositiveIntegerField()
     inflight = models.PositiveIntegerField()
     path = models.CharField(max_length=1000)
-    # With trainer mode "external": when the trainer acknowledged it, and its new version.
+    # With trainer mode "external": when the trainer acknowledged it, its new version, and
+    # the folder of that version's weights (resolved, checked loadable; empty: none sent).
     acked_at = models.DateTimeField(null=True, blank=True)
     acked_version = models.PositiveIntegerField(null=True, blank=True)
+    acked_checkpoint = models.CharField(
+        max_length=1000,
+        blank=True,
+        default="",
+        help_text="the folder of the acknowledged version's weights; empty when none was sent",
+    )
 
     class Meta:
         ordering = ["step"]

@@ -163,6 +163,7 @@ STEP_COLUMNS = (
     "path",
     "acked_at",
     "acked_version",
+    "acked_checkpoint",
 )
 
 

@@ -32,6 +32,7 @@ from workers.core.config.fields import ConfigError, FieldError
 from workers.core.config.run import EngineSettings, RunConfig, parse_run_config
 from workers.core.controller.overrides import MAX_PIN_TTL_S
 from workers.core.samples import EngineRole
+from workers.runtime.checkpoints import CheckpointRefused, check_checkpoint, checkpoint_root
 from workers.runtime.run_folders import output_subfolder
 
 MAX_OVERRIDE_CAP = 1_000_000  # as the core's sanity bound on any cap
@@ -42,7 +43,12 @@ class CommandRefused(Exception):
 
 
 class InvalidCommand(ValueError):
-    """A command that is wrong in itself, whatever the run's state (the API's 400)."""
+    """A command that is wrong in itself, whatever the run's state (the API's 400), about
+    the body's ``field`` (the whole body unless said)."""
+
+    def __init__(self, message: str, field: str = "body") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class IdempotencyConflict(Exception):
@@ -296,10 +302,15 @@ def _applied(override: Override, at: Any) -> None:
     override.save(update_fields=["applied_at"])
 
 
-def step_acknowledge(*, run: Run, step: int, policy_version: int) -> tuple[StepRecord, bool]:
-    """The trainer has trained on ``step`` and serves ``policy_version``; (the record, whether
-    this call acknowledged it). A repeated acknowledgement with the same version changes
-    nothing; one for a step not written yet, or with another version, is refused."""
+def step_acknowledge(
+    *, run: Run, step: int, policy_version: int, checkpoint: str | None = None
+) -> tuple[StepRecord, bool]:
+    """The trainer has trained on ``step`` and serves ``policy_version``, its weights in the
+    folder ``checkpoint`` if given; (the record, whether this call acknowledged it). The
+    checkpoint is checked first (InvalidCommand at ``checkpoint`` when it is not a loadable
+    model folder under the run's checkpoint root). A repeated acknowledgement with the same
+    version and checkpoint changes nothing; one for a step not written yet, or with another
+    version or checkpoint, is refused."""
     mode = trainer_mode(run)
     if mode != "external":
         raise CommandRefused(
@@ -310,11 +321,17 @@ def step_acknowledge(*, run: Run, step: int, policy_version: int) -> tuple[StepR
         record = StepRecord.objects.select_for_update().filter(run=run, step=step).first()
         if record is None:
             raise CommandRefused(f"step {step} of run {run.pk} is not written yet")
+        folder = "" if checkpoint is None else _checked_checkpoint(run, checkpoint)
         if record.acked_at is not None:
             if record.acked_version != policy_version:
                 raise CommandRefused(
                     f"step {step} was acknowledged with policy version {record.acked_version}, "
                     f"not {policy_version}"
+                )
+            if record.acked_checkpoint != folder:
+                raise CommandRefused(
+                    f"step {step} was acknowledged with checkpoint "
+                    f"{record.acked_checkpoint or 'none'}, not {folder or 'none'}"
                 )
             return record, False
         if policy_version < record.policy_version:
@@ -323,10 +340,24 @@ def step_acknowledge(*, run: Run, step: int, policy_version: int) -> tuple[StepR
                 f"({record.policy_version})"
             )
         record.acked_at, record.acked_version = timezone.now(), policy_version
-        record.save(update_fields=["acked_at", "acked_version"])
+        record.acked_checkpoint = folder
+        record.save(update_fields=["acked_at", "acked_version", "acked_checkpoint"])
         run_id = run.pk
         transaction.on_commit(lambda: publish_control(run_id, "ack", step=step))
     return record, True
+
+
+def _checked_checkpoint(run: Run, asked: str) -> str:
+    """``asked`` resolved, once it is a loadable model folder under the run's checkpoint
+    root: ``PACER_CHECKPOINTS_DIR``, or the folder its host writes in (known once it wrote a
+    step: never ``""``, which would be the web process's working folder)."""
+    if not (settings.PACER_CHECKPOINTS_DIR or run.output_dir):
+        raise CommandRefused(f"run {run.pk} has no folder yet for its checkpoints to be in")
+    root = checkpoint_root(settings.PACER_CHECKPOINTS_DIR, Path(run.output_dir))
+    try:
+        return str(check_checkpoint(asked, root))
+    except CheckpointRefused as refused:
+        raise InvalidCommand(str(refused), field="checkpoint") from None
 
 
 def engine_register(

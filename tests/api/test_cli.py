@@ -12,11 +12,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controlplane.runs.models import Engine, Override, Run, RunState
+from controlplane.runs.models import Engine, Override, Run, RunState, StepRecord
 from pacer_cli.main import main
-from tests.api.conftest import LiveServer, config_toml, make_account, make_decisions, make_run
+from tests.api.conftest import (
+    LiveServer,
+    config_toml,
+    make_account,
+    make_decisions,
+    make_run,
+    make_step,
+)
 from tests.conftest import REPO_ROOT, free_port
 from tests.integration.hosting import SimEngine
+from tests.model_folders import model_folder
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -79,6 +87,31 @@ def test_the_api_field_errors_are_printed_with_exit_1(
     config.write_text("name = ")
     code, _, err = pacer(live_server_api, token, "runs", "create", str(config))
     assert code == 1 and err.startswith("error: HTTP 400: the TOML does not parse")
+
+
+def test_ack_with_a_checkpoint_and_its_refusal_at_the_field(
+    live_server_api: LiveServer, tmp_path: Path
+) -> None:
+    token = make_account("olga", "operator").token
+    run = make_run(config={"name": "r", "trainer": {"mode": "external"}}, output_dir=str(tmp_path))
+    make_step(run, 1)
+    code, out, err = pacer(
+        live_server_api, token, "runs", "ack", str(run.pk), "1", "--policy-version", "1",
+        "--checkpoint", "ckpt/v1",
+    )  # fmt: skip
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "error: HTTP 400: the request is invalid",
+        "  checkpoint: 'ckpt/v1' does not exist",
+    ]
+    folder = model_folder(tmp_path / "ckpt" / "v1")
+    code, out, err = pacer(
+        live_server_api, token, "runs", "ack", str(run.pk), "1", "--policy-version", "1",
+        "--checkpoint", "ckpt/v1",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out == f"step 1 acknowledged (policy version 1, weights in {folder.resolve()})\n"
+    assert StepRecord.objects.get(run=run, step=1).acked_checkpoint == str(folder.resolve())
 
 
 def test_override_pending_refused_and_bad_usage(live_server_api: LiveServer) -> None:

@@ -28,6 +28,7 @@ from workers.core.controller.concurrency import Controller
 from workers.core.controller.observe import ObserveOnly
 from workers.core.decisions import Decision
 from workers.core.orchestrator.orchestrator import Orchestrator
+from workers.core.orchestrator.ports import Ack
 from workers.runtime import store
 from workers.runtime.reporter import RunReporter
 
@@ -185,15 +186,15 @@ class DbAcks:
         self._call = call
         self._changed = changed
 
-    async def wait(self, step: int) -> int:
+    async def wait(self, step: int) -> Ack:
         while True:
             try:
-                version = await self._call(store.acked_version, self.run_id, step)
+                ack = await self._call(store.acked, self.run_id, step)
             except Exception:  # the database away: the trainer's timeout still runs
                 logger.warning("acks: acknowledgements unreadable for now", exc_info=True)
-                version = None
-            if version is not None:
-                return version
+                ack = None
+            if ack is not None:
+                return ack
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(RECHECK_S):  # not wait_for: see reporter.run

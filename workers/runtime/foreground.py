@@ -40,10 +40,19 @@ class Foreground:
     """Builds a run's runtime; ``run`` checks the engines, then runs it."""
 
     def __init__(
-        self, config: RunConfig, output: Path, *, out: IO[str], clock: Clock | None = None
+        self,
+        config: RunConfig,
+        output: Path,
+        *,
+        out: IO[str],
+        clock: Clock | None = None,
+        checkpoints: Path | None = None,
     ) -> None:
+        """``checkpoints``: where a trainer's checkpoints must be (``PACER_CHECKPOINTS_DIR``);
+        the run's folder when not given."""
         self.config = config
         self.output = output
+        self.checkpoints = checkpoints or output
         self._out = out
         self._clock = clock or MonotonicClock()
         self.orchestrator: Orchestrator | None = None
@@ -80,7 +89,7 @@ class Foreground:
                         engines=clients,
                         clock=clock,
                         writer=TorchBatchWriter(self.output),
-                        acks=FileAcks(self.output / "acks", clock)
+                        acks=FileAcks(self.output / "acks", clock, self.checkpoints)
                         if config.trainer.mode == "external"
                         else None,
                         reporter=FanOut(

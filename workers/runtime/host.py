@@ -227,13 +227,14 @@ class Host:
         last = await self.call(
             store.recover_steps, self.run_id, self.owner, writer.steps_dir, writer.written_steps()
         )
-        acked = await self.call(store.acked_version, self.run_id, last) if last else None
+        acked = await self.call(store.acked, self.run_id, last) if last else None
+        checkpoint = await self.call(store.last_checkpoint, self.run_id) if last else None
         unfinished = await self.call(store.open_waves, self.run_id)
         version = run.policy_version
         if config.trainer.mode == "none":
             version = max(version, last)
         elif acked is not None:
-            version = max(version, acked)
+            version = max(version, acked.version)
         controller, restored = self._controller(config, run)
         await self.call(
             store.save_run, self.run_id, self.owner, model_name=model, output_dir=str(output)
@@ -277,6 +278,7 @@ class Host:
                     run.eval_waves,
                     acknowledged=acked is not None,
                     open_waves=unfinished,
+                    checkpoint=checkpoint,
                 ),
             )
             poll.cap = lambda: orchestrator.loop.dispatcher.cap

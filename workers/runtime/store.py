@@ -42,6 +42,7 @@ from controlplane.runs.models import (
 from workers.core.decisions import Decision
 from workers.core.orchestrator.batches import EvalReport, StepReport, WaveStart
 from workers.core.orchestrator.orchestrator import OpenWave
+from workers.core.orchestrator.ports import Ack
 from workers.runtime.batch_files import REPORT
 
 logger = logging.getLogger(__name__)
@@ -281,12 +282,26 @@ def settle_override(
     )
 
 
-def acked_version(run_id: int, step: int) -> int | None:
-    return (
+def acked(run_id: int, step: int) -> Ack | None:
+    """The trainer's acknowledgement of ``step``, as the REST API stored (and checked) it."""
+    row = (
         StepRecord.objects.filter(run_id=run_id, step=step, acked_at__isnull=False)
-        .values_list("acked_version", flat=True)
+        .values_list("acked_version", "acked_checkpoint")
         .first()
     )
+    return None if row is None else Ack(row[0], row[1] or None)
+
+
+def last_checkpoint(run_id: int) -> str | None:
+    """The checkpoint of the run's latest acknowledgement: the weights its policy version is
+    on, for a host that takes the run over (the latest step may be waiting for its ack)."""
+    checkpoint = (
+        StepRecord.objects.filter(run_id=run_id, acked_at__isnull=False)
+        .order_by("-step")
+        .values_list("acked_checkpoint", flat=True)
+        .first()
+    )
+    return checkpoint or None
 
 
 @fenced

@@ -57,7 +57,7 @@ def exception_handler(error: Exception, context: dict[str, Any]) -> Response | N
             status=status.HTTP_400_BAD_REQUEST,
         )
     if isinstance(error, InvalidCommand):
-        error = exceptions.ValidationError({"body": [str(error)]})
+        error = exceptions.ValidationError({error.field: [str(error)]})
     elif isinstance(error, CommandRefused):
         error = Conflict(str(error))
     elif isinstance(error, IdempotencyConflict):

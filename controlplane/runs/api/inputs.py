@@ -161,6 +161,16 @@ class CommandInput(serializers.Serializer):
 
 class AckInput(serializers.Serializer):
     policy_version = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+    checkpoint = serializers.CharField(
+        required=False,
+        max_length=1000,
+        trim_whitespace=False,
+        help_text=(
+            "the folder of the new version's weights: a Hugging Face model folder (config.json,"
+            " *.safetensors or model.safetensors.index.json with its shards) inside the run's"
+            " folder or PACER_CHECKPOINTS_DIR; relative to that folder unless absolute"
+        ),
+    )
 
 
 class EngineInput(serializers.ModelSerializer):

@@ -117,8 +117,11 @@ class StepListApi(APIView):
 
 class StepAckApi(APIView):
     """For trainer mode ``external``: the trainer has trained on the step and serves
-    ``policy_version`` now. Idempotent: the same acknowledgement again is a 200 that changes
-    nothing; one for a step not written yet, or with another version, is a 409."""
+    ``policy_version`` now, with its weights in ``checkpoint`` (optional: a trainer may send
+    none back). A checkpoint that is not a loadable model folder inside the run's checkpoint
+    root is a 400 at ``checkpoint``, nothing stored. Idempotent: the same acknowledgement
+    again is a 200 that changes nothing; one for a step not written yet, or with another
+    version or checkpoint, is a 409."""
 
     @extend_schema(
         operation_id="runs_steps_ack",
@@ -130,7 +133,10 @@ class StepAckApi(APIView):
         body = AckInput(data=request.data)
         body.is_valid(raise_exception=True)
         record, changed = services.step_acknowledge(
-            run=run, step=step, policy_version=body.validated_data["policy_version"]
+            run=run,
+            step=step,
+            policy_version=body.validated_data["policy_version"],
+            checkpoint=body.validated_data.get("checkpoint"),
         )
         return Response({"acknowledged": changed, "step": StepSerializer(record).data})
 

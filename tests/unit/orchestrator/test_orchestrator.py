@@ -4,12 +4,15 @@ time; the trainer's acknowledgements; evaluation waves in the shared pool."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.model_folders import model_folder
 from tests.unit.orchestrator.fakes import WordEngine, healthy
 from workers.core.clock import MonotonicClock
 from workers.core.config.run import RunConfig, parse_run_config
@@ -22,6 +25,8 @@ from workers.core.orchestrator.batches import (
     group_advantages,
 )
 from workers.core.orchestrator.orchestrator import OpenWave, Orchestrator, RunOutcome, StartPoint
+from workers.core.orchestrator.ports import Ack
+from workers.runtime.acks import FileAcks
 
 ENGINES = ("e0", "e1")
 
@@ -47,12 +52,12 @@ class MemoryWriter:
 
 class Acks:
     def __init__(self) -> None:
-        self.versions: dict[int, asyncio.Future[int]] = {}
+        self.acks: dict[int, asyncio.Future[Ack]] = {}
 
-    def future(self, step: int) -> asyncio.Future[int]:
-        return self.versions.setdefault(step, asyncio.get_running_loop().create_future())
+    def future(self, step: int) -> asyncio.Future[Ack]:
+        return self.acks.setdefault(step, asyncio.get_running_loop().create_future())
 
-    async def wait(self, step: int) -> int:
+    async def wait(self, step: int) -> Ack:
         return await self.future(step)
 
 
@@ -160,17 +165,20 @@ async def test_with_an_external_trainer_no_step_is_written_before_the_last_is_ac
 ):
     cfg = config(trainer={"mode": "external", "ack_timeout_s": 5.0})
     writer, heard, acks = MemoryWriter(), Recorder(), Acks()
-    run = asyncio.ensure_future(orchestrator(cfg, writer, heard, acks=acks).run())
+    orch = orchestrator(cfg, writer, heard, acks=acks)
+    run = asyncio.ensure_future(orch.run())
     while not writer.batches:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.2)
     assert [b.step for b in writer.batches] == [1]  # waiting for the trainer
-    acks.future(1).set_result(7)
-    acks.future(2).set_result(8)
-    acks.future(3).set_result(9)
+    assert orch.checkpoint is None  # the engines' own weights until a trainer sends some
+    acks.future(1).set_result(Ack(7, "/ckpt/7"))
+    acks.future(2).set_result(Ack(8, "/ckpt/8"))
+    acks.future(3).set_result(Ack(9, "/ckpt/9"))
     result = await run
     assert (result.outcome, result.policy_version) == (RunOutcome.COMPLETED, 9)
     assert [b.policy_version for b in writer.batches] == [0, 7, 8]
+    assert orch.checkpoint == "/ckpt/9"  # the acknowledged weights, for the engines to serve
 
 
 async def test_a_missed_acknowledgement_fails_the_run_with_that_reason() -> None:
@@ -180,6 +188,28 @@ async def test_a_missed_acknowledgement_fails_the_run_with_that_reason() -> None
     assert result.outcome is RunOutcome.FAILED
     assert result.reason == "the trainer did not acknowledge step 1 within 0.3 s"
     assert [b.step for b in writer.batches] == [1]
+
+
+async def test_the_file_form_carries_checkpoints_and_a_bad_one_fails_the_run_saying_why(
+    tmp_path: Path,
+) -> None:
+    """``<output>/acks/N`` as a trainer outside the control plane writes it: step 1's
+    checkpoint is taken; step 2's names a folder that is not there, so the run ends on the
+    version and weights it had, with the reason."""
+    cfg = config(trainer={"mode": "external", "ack_timeout_s": 5.0})
+    writer, folder = MemoryWriter(), model_folder(tmp_path / "ckpt" / "v1")
+    acks = FileAcks(tmp_path / "acks", MonotonicClock(), checkpoints=tmp_path)
+    (acks.folder / "1").write_text(json.dumps({"policy_version": 1, "checkpoint": "ckpt/v1"}))
+    (acks.folder / "2").write_text(json.dumps({"policy_version": 2, "checkpoint": "ckpt/v2"}))
+    orch = orchestrator(cfg, writer, Recorder(), acks=acks)
+    result = await orch.run()
+    assert result.outcome is RunOutcome.FAILED
+    assert result.reason == (
+        f"the acknowledgement in {acks.folder / '2'} is refused: "
+        "checkpoint 'ckpt/v2' does not exist"
+    )
+    assert (result.policy_version, orch.checkpoint) == (1, str(folder.resolve()))
+    assert [b.step for b in writer.batches] == [1, 2]
 
 
 async def test_eval_waves_share_the_pool_and_are_reported_per_kind() -> None:

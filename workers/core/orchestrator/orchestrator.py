@@ -39,6 +39,7 @@ from workers.core.environments.base import EngineClient, Episode, Session
 from workers.core.orchestrator.batches import Batch, WaveStart
 from workers.core.orchestrator.groups import EpisodeSpec, GroupBook, OpenGroup, Wave
 from workers.core.orchestrator.ports import (
+    Ack,
     Acknowledgements,
     BatchWriter,
     QuietReporter,
@@ -79,6 +80,7 @@ class StartPoint:
     # Waves started and not finished (the host stopped or died first): run again, whole, as
     # the run starts, so every wave started ends with a record (the final one included).
     open_waves: tuple[OpenWave, ...] = ()
+    checkpoint: str | None = None  # the weights of ``policy_version``, if a trainer sent them
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,7 @@ class Orchestrator:
         self._book = GroupBook()
         self._step = start.step
         self._version = start.policy_version
+        self._checkpoint = start.checkpoint
         # The stored count may lag a wave started just before the host died: its record says.
         self._waves = max([start.waves, *(wave.number for wave in start.open_waves)])
         self._groups = 0
@@ -158,6 +161,13 @@ class Orchestrator:
     @property
     def policy_version(self) -> int:
         return self._version
+
+    @property
+    def checkpoint(self) -> str | None:
+        """The folder of the current policy version's weights, as the trainer's
+        acknowledgement named it: what the engines are to serve. None for their own weights
+        (no trainer, or one that sends no weights back)."""
+        return self._checkpoint
 
     @property
     def waves(self) -> int:
@@ -202,21 +212,21 @@ class Orchestrator:
     async def _steps(self) -> tuple[RunOutcome, str]:
         config = self.config
         if not self._start.acknowledged and config.trainer.mode == "external" and self._step:
-            version = await self._acknowledged(self._step)  # written before a restart
-            if version is None:
+            ack = await self._acknowledged(self._step)  # written before a restart
+            if ack is None:
                 return RunOutcome.STOPPED, self._stop_reason or "stopped"
-            self._advance(version)
+            self._advance(ack)
         while self._step < config.max_steps:
             if not await self._until(lambda: self._book.ready_episodes >= config.batch_size):
                 return RunOutcome.STOPPED, self._stop_reason or "stopped"
             await self._write_step(self._step + 1)
             if config.trainer.mode == "external":
-                version = await self._acknowledged(self._step)
-                if version is None:
+                ack = await self._acknowledged(self._step)
+                if ack is None:
                     return RunOutcome.STOPPED, self._stop_reason or "stopped"
             else:
-                version = self._step
-            self._advance(version)
+                ack = Ack(self._step)
+            self._advance(ack)
             if config.eval_every and self._step % config.eval_every == 0:
                 self._start_wave()
             self._top_up()
@@ -251,8 +261,8 @@ class Orchestrator:
             )
         self._reporter.step(report)
 
-    async def _acknowledged(self, step: int) -> int | None:
-        """The version the trainer reports for ``step``; None when stopped while waiting."""
+    async def _acknowledged(self, step: int) -> Ack | None:
+        """The trainer's acknowledgement of ``step``; None when stopped while waiting."""
         assert self._acks is not None
         return await acknowledged(
             self._acks,
@@ -268,9 +278,9 @@ class Orchestrator:
             self._changed.clear()
             await self._changed.wait()
 
-    def _advance(self, version: int) -> None:
-        self._version = version
-        dropped = self._loop.dispatcher.advance_policy(version)
+    def _advance(self, ack: Ack) -> None:
+        self._version, self._checkpoint = ack.version, ack.checkpoint
+        dropped = self._loop.dispatcher.advance_policy(ack.version)
         self._book.forget(dropped)
         self._tally.dropped_groups += len(dropped)
 

@@ -3,6 +3,7 @@ acknowledgements come from, and who hears about decisions, steps and evaluation 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from workers.core.decisions import Decision
@@ -24,10 +25,20 @@ class BatchWriter(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A trainer's acknowledgement of a step: the policy version it trained to, and the
+    folder holding that version's weights (checked as loadable before it got here), which the
+    engines are to serve; None when the trainer sends no weights back."""
+
+    version: int
+    checkpoint: str | None = None
+
+
 class Acknowledgements(Protocol):
-    async def wait(self, step: int) -> int:
-        """Until the trainer acknowledges ``step``; the policy version it reports then. The
-        orchestrator bounds the wait with the config's ``ack_timeout_s``."""
+    async def wait(self, step: int) -> Ack:
+        """Until the trainer acknowledges ``step``; its acknowledgement then. The orchestrator
+        bounds the wait with the config's ``ack_timeout_s``."""
         ...
 
 

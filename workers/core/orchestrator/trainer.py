@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from workers.core.clock import Clock
-from workers.core.orchestrator.ports import Acknowledgements
+from workers.core.orchestrator.ports import Ack, Acknowledgements
 
 
 class RunFailed(Exception):
@@ -22,9 +22,9 @@ async def acknowledged(
     clock: Clock,
     stopped: Callable[[], Awaitable[None]],
     current_version: int,
-) -> int | None:
-    """The policy version the trainer reports after ``step``; None when ``stopped`` returned
-    first. RunFailed when the timeout passes first, or the version went backwards."""
+) -> Ack | None:
+    """The trainer's acknowledgement of ``step``; None when ``stopped`` returned first.
+    RunFailed when the timeout passes first, or the version went backwards."""
     ack = asyncio.ensure_future(acks.wait(step))
     stop = asyncio.ensure_future(stopped())
     expiry = asyncio.ensure_future(clock.sleep(timeout))
@@ -39,10 +39,10 @@ async def acknowledged(
         if stop.done():
             return None
         raise RunFailed(f"the trainer did not acknowledge step {step} within {timeout:g} s")
-    version = ack.result()
-    if version < current_version:
+    result = ack.result()
+    if result.version < current_version:
         raise RunFailed(
-            f"the trainer acknowledged step {step} with policy version {version}, "
+            f"the trainer acknowledged step {step} with policy version {result.version}, "
             f"behind the current {current_version}"
         )
-    return version
+    return result
