@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 
 from inference.sim.config import EngineConfig
+from inference.sim.dev_routes import DEV_MODE_ENV, dev_mode_from_env
 from inference.sim.engine import Engine
 from inference.sim.http11 import start_server
 from inference.sim.presets import PRESETS, get_preset
@@ -68,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of lengths and text (%(default)s)"
     )
+    parser.add_argument(
+        "--reload-s",
+        type=float,
+        help="seconds a weight reload holds the engine (default: the preset's estimate); "
+        f"the reload and pause routes are served with {DEV_MODE_ENV}=1, as by vLLM",
+    )
     return parser
 
 
@@ -93,20 +101,22 @@ def build_engine(args: argparse.Namespace) -> Engine:
         config = EngineConfig.from_kv_tokens(
             args.kv_tokens or preset.kv_tokens, block_size, **fields
         )
-    return Engine(config, preset.cost, args.length, preset.grammar_compile_s)
+    reload_s = preset.reload_s if args.reload_s is None else args.reload_s
+    return Engine(config, preset.cost, args.length, preset.grammar_compile_s, reload_s)
 
 
-async def serve(engine: Engine, host: str, port: int) -> None:
+async def serve(engine: Engine, host: str, port: int, dev_mode: bool = False) -> None:
     """Serves until SIGINT or SIGTERM; re-raises if the engine loop fails."""
     loop = EngineLoop(engine)
-    server = SimServer(loop)
+    server = SimServer(loop, dev_mode)
     tcp = await start_server(server.handle, host, port)
     bound = tcp.sockets[0].getsockname()[1]
     config = engine.config
     print(
         f"inference.sim serving {config.model_name} on http://{host}:{bound} "
         f"({config.kv_capacity_tokens} KV tokens, block {config.block_size}, "
-        f"max_num_seqs {config.max_num_seqs})",
+        f"max_num_seqs {config.max_num_seqs}"
+        f"{', dev routes' if dev_mode else ''})",
         flush=True,
     )
     stop = asyncio.Event()
@@ -129,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         engine = build_engine(args)
+        dev_mode = dev_mode_from_env(os.environ)
     except ValueError as exc:
         parser.error(str(exc))
-    asyncio.run(serve(engine, args.host, args.port))
+    asyncio.run(serve(engine, args.host, args.port, dev_mode))
     return 0
 
 

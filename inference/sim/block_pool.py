@@ -124,6 +124,16 @@ class BlockPool:
         self._free.update(dict.fromkeys(released))
         self.num_held_blocks -= len(released)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forgets every cached prefix, as after a weight update; False (nothing done) if any
+        block is held, since a running request's blocks cannot be dropped under it (vLLM's
+        rule: the reset succeeds only when every block but the null block is free)."""
+        if self.num_held_blocks:
+            return False
+        self._cached.clear()
+        self._block_hash = [None] * self.num_blocks
+        return True
+
     def check(self) -> None:
         """Raises AssertionError if the counts, queue and hash map disagree (for tests)."""
         held = int(np.count_nonzero(self._ref_cnt[1:]))

@@ -9,6 +9,7 @@ the demo and the other way round.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,8 +23,18 @@ from inference.sim.kv_manager import KVCacheManager
 from inference.sim.output import SchedulerOutput, SchedulerStats, StepUpdate
 from inference.sim.request import FinishReason, Request, RequestStatus
 from inference.sim.sampling import LengthDistribution, RequestError, SamplingParams, plan_output
-from inference.sim.scheduler import Scheduler
+from inference.sim.scheduler import PauseState, Scheduler
 from inference.sim.stats import EngineCounters
+
+BASE_WEIGHT_VERSION = "default"  # the version vLLM 0.32's engine core reports until one is set
+
+
+class PauseMode(enum.StrEnum):
+    """What a pause does to requests in flight, as vLLM 0.32's ``/pause?mode=``."""
+
+    ABORT = "abort"  # every request ends now, finish reason "abort"
+    WAIT = "wait"  # the running batch finishes; queued requests stay queued
+    KEEP = "keep"  # everything freezes where it is and goes on after resume
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +74,19 @@ class Engine:
         cost: StepCost,
         default_length: LengthDistribution | None = None,
         grammar_compile_s: float = 0.0,
+        reload_s: float = 0.0,
     ) -> None:
         if grammar_compile_s < 0.0:
             raise ValueError(f"grammar_compile_s must be >= 0, got {grammar_compile_s}")
+        if reload_s < 0.0:
+            raise ValueError(f"reload_s must be >= 0, got {reload_s}")
         self.config = config
         self.cost = cost
         self.default_length = default_length
         self.grammar_compile_s = grammar_compile_s
+        self.reload_s = reload_s  # how long a weight reload keeps the engine from stepping
+        self.weight_version = BASE_WEIGHT_VERSION  # a label only: set by whoever reloads
+        self.weights_path: str | None = None  # the checkpoint loaded last; None: the base model
         self.kv = KVCacheManager(
             config.num_gpu_blocks,
             config.block_size,
@@ -149,6 +166,62 @@ class Engine:
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
+
+    def has_schedulable_requests(self) -> bool:
+        """Whether a step would run anything; False when idle or when a pause holds it all."""
+        return self.scheduler.has_schedulable_requests()
+
+    @property
+    def is_paused(self) -> bool:
+        return self.scheduler.pause_state is not PauseState.UNPAUSED
+
+    def pause(self, mode: PauseMode, now: float) -> list[Request]:
+        """Stops admitting requests; returns those a pause in ``abort`` mode ended.
+
+        Requests that arrive while paused are queued and wait for ``resume``, as in vLLM. The
+        pause is complete (``is_drained``) at once for ``abort`` and ``keep``, and for ``wait``
+        once the running batch has finished.
+        """
+        self._require_between_steps("pause")
+        aborted = self.abort(list(self.scheduler.requests), now) if mode is PauseMode.ABORT else []
+        frozen = mode is PauseMode.KEEP
+        self.scheduler.pause_state = PauseState.PAUSED_ALL if frozen else PauseState.PAUSED_NEW
+        return aborted
+
+    def is_drained(self) -> bool:
+        """A pause is complete: no step would run anything until ``resume``."""
+        return self.is_paused and not self.has_schedulable_requests()
+
+    def resume(self) -> None:
+        """Lets queued and frozen requests run again; a no-op when not paused."""
+        self.scheduler.pause_state = PauseState.UNPAUSED
+
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """Forgets every cached prefix; False (nothing changed) while a request holds blocks.
+
+        With ``reset_running_requests`` the running batch is preempted first (recomputed when
+        it runs again), so the reset always succeeds: what vLLM's pause does when it clears
+        the cache, even in ``keep`` mode.
+        """
+        self._require_between_steps("reset_prefix_cache")
+        if reset_running_requests:
+            self.scheduler.preempt_running()
+        return self.kv.reset_prefix_cache()
+
+    def load_weights(self, weights_path: str | None) -> float:
+        """Takes new weights (None: the base model again); returns how long that takes.
+
+        As vLLM's ``reload_weights``, this neither changes the version label nor the prefix
+        cache: the caller sets the one and clears the other (a pause does by default).
+        """
+        self._require_between_steps("load_weights")
+        self.weights_path = weights_path
+        return self.reload_s
+
+    def _require_between_steps(self, what: str) -> None:
+        # vLLM runs these utility calls between two steps of its busy loop; so must we.
+        if self._pending is not None:
+            raise RuntimeError(f"{what} during a step: call it between end_step and begin_step")
 
     def next_ready_time(self) -> float | None:
         """Earliest time a deferred request becomes schedulable, if any is deferred."""

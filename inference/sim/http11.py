@@ -33,6 +33,7 @@ CONTINUE = h11.InformationalResponse(status_code=100, headers=[], reason=b"Conti
 class HttpRequest:
     method: str
     path: str  # target without the query string
+    query: str  # what follows the "?" of the target, "" if none
     headers: dict[str, str]  # lower-cased names
     body: bytes
     disconnected: asyncio.Event  # set when the client closes its side
@@ -154,7 +155,8 @@ def _http_request(head: h11.Request, body: bytes) -> HttpRequest:
     """
     return HttpRequest(
         method=head.method.decode(),
-        path=head.target.decode().split("?", 1)[0],
+        path=head.target.decode().partition("?")[0],
+        query=head.target.decode().partition("?")[2],
         headers={name.decode().lower(): value.decode() for name, value in head.headers},
         body=body,
         disconnected=asyncio.Event(),

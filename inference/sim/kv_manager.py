@@ -143,6 +143,14 @@ class KVCacheManager:
         """
         self._chains.pop(req.req_id, None)
 
+    def reset_prefix_cache(self) -> bool:
+        """Empties the prefix cache if no request holds blocks; see ``BlockPool``.
+
+        The requests' own hash chains stay: they hash tokens, not weights, and a waiting
+        request re-registers its blocks from them when it runs.
+        """
+        return self.pool.reset_prefix_cache()
+
     def num_blocks_of(self, req: Request) -> int:
         return len(self.req_to_blocks.get(req.req_id, ()))
 

@@ -29,14 +29,19 @@ ENGINE_INDEX = "0"  # one engine per server: data-parallel rank 0
 # Label values vLLM exposes for request_success, including reasons the simulator never produces.
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 WAITING_REASONS = ("capacity", "deferred")
+# vLLM 0.32 has no gauge of the served weight version (only /weight_info, and operation
+# timings for its weight-transfer routes); the simulator's own family, in dev mode only.
+WEIGHT_VERSION_FAMILY = "pacer_sim:weight_version_info"
+PAUSED_FAMILY = "pacer_sim:paused"  # nor one of the pause state (only /is_paused)
 
 
 class EngineCollector(Collector):
     """Collects one engine's metrics; ``created`` is the engine's start (Unix time)."""
 
-    def __init__(self, engine: Engine, created: float) -> None:
+    def __init__(self, engine: Engine, created: float, dev_mode: bool = False) -> None:
         self.engine = engine
         self.created = created
+        self.dev_mode = dev_mode
         self.labels = [engine.config.model_name, ENGINE_INDEX]
 
     def collect(self) -> Iterator[Metric]:
@@ -44,6 +49,21 @@ class EngineCollector(Collector):
         yield from self._counters()
         yield from self._histograms()
         yield self._cache_config_info()
+        if self.dev_mode:
+            yield from self._weight_version_info()
+
+    def _weight_version_info(self) -> Iterator[Metric]:
+        """The version label served, as an info gauge (1 on that version's series), and 1
+        while paused: what a relay or controller would otherwise ask /weight_info and
+        /is_paused for."""
+        family = GaugeMetricFamily(
+            WEIGHT_VERSION_FAMILY,
+            "The weight version served, as /weight_info reports it.",
+            labels=[*LABELS, "weight_version"],
+        )
+        family.add_metric([*self.labels, self.engine.weight_version], 1.0)
+        yield family
+        yield self._gauge(PAUSED_FAMILY, "1 while paused (/pause), else 0.", self.engine.is_paused)
 
     def _queue_gauges(self) -> Iterator[Metric]:
         stats = self.engine.make_stats()
@@ -188,10 +208,13 @@ def cache_config_labels(engine: Engine) -> dict[str, str]:
     }
 
 
-def make_registry(engine: Engine, created: float) -> CollectorRegistry:
-    """A registry holding only this engine's families; ``created`` is its start (Unix time)."""
+def make_registry(engine: Engine, created: float, dev_mode: bool = False) -> CollectorRegistry:
+    """A registry holding only this engine's families; ``created`` is its start (Unix time).
+
+    ``dev_mode`` adds the simulator's weight-version family (see ``WEIGHT_VERSION_FAMILY``).
+    """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(engine, created))
+    registry.register(EngineCollector(engine, created, dev_mode))
     return registry
 
 

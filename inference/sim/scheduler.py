@@ -17,6 +17,7 @@ same way, then walks the rest one request at a time: the literal form of the sam
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from collections.abc import Iterable
 
@@ -27,6 +28,14 @@ from inference.sim.config import EngineConfig
 from inference.sim.kv_manager import KVCacheManager
 from inference.sim.output import SchedulerOutput, SchedulerStats, StepUpdate
 from inference.sim.request import FinishReason, Request, RequestStatus
+
+
+class PauseState(enum.Enum):
+    """What a paused scheduler still runs, as vLLM 0.32's ``PauseState``."""
+
+    UNPAUSED = "unpaused"
+    PAUSED_NEW = "paused_new"  # running requests go on; nothing waiting is admitted
+    PAUSED_ALL = "paused_all"  # nothing is scheduled: the batch is frozen
 
 
 class Scheduler:
@@ -41,6 +50,7 @@ class Scheduler:
         self.running = RunningBatch(config.max_num_seqs)
         self.requests: dict[str, Request] = {}  # every unfinished request, by id
         self.num_deferred = 0  # waiting requests whose grammar is still compiling
+        self.pause_state = PauseState.UNPAUSED
 
     def add_request(self, req: Request) -> None:
         if req.req_id in self.requests:
@@ -54,13 +64,40 @@ class Scheduler:
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
+    def has_schedulable_requests(self) -> bool:
+        """Whether a step would run anything the pause state lets through.
+
+        As vLLM's count of unfinished requests under a pause: none while frozen, only the
+        running batch while new admissions are held; a drained pause is one where this is
+        False although requests may be queued.
+        """
+        if self.pause_state is PauseState.PAUSED_ALL:
+            return False
+        if self.pause_state is PauseState.PAUSED_NEW:
+            return bool(len(self.running))
+        return bool(self.requests)
+
+    def preempt_running(self) -> list[Request]:
+        """Preempts the whole running batch by recompute, keeping its order in the queue.
+
+        What vLLM's prefix-cache reset with ``reset_running_requests`` does, so that no block
+        is held and the cache can be dropped.
+        """
+        preempted = []
+        while len(self.running):
+            preempted.append(self._preempt_one())
+        return preempted
+
     def schedule(self, now: float) -> SchedulerOutput:
         """Chooses this step's batch. ``now`` is the step's start (for deferred requests)."""
+        if self.pause_state is PauseState.PAUSED_ALL:
+            empty = np.zeros(len(self.running), dtype=np.int64)
+            return SchedulerOutput(empty, 0, 0, 0, [], [])
         token_budget = self.max_num_batched_tokens
         num_running_tokens, token_budget, preempted = self._schedule_running(token_budget)
         admitted: list[Request] = []
         num_admitted_tokens: list[int] = []
-        if not preempted:
+        if not preempted and self.pause_state is PauseState.UNPAUSED:
             token_budget = self._schedule_waiting(token_budget, now, admitted, num_admitted_tokens)
         num_scheduled = np.concatenate(
             [num_running_tokens, np.asarray(num_admitted_tokens, dtype=np.int64)]

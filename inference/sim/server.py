@@ -16,12 +16,14 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from inference.sim import openai_responses as render
+from inference.sim.dev_routes import DevRoutes
 from inference.sim.engine import Engine, PendingStep
 from inference.sim.http11 import HttpRequest, Response, StreamingResponse
 from inference.sim.metrics import exposition, make_registry
@@ -36,6 +38,8 @@ from inference.sim.request import Request
 from inference.sim.sampling import RequestError
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 IDLE_POLL_S = 0.01  # how often an engine holding only deferred requests looks again
 CATCH_UP_S = 0.005  # a step this late keeps the model's timeline; later, real time wins
@@ -57,6 +61,7 @@ class EngineLoop:
         self._pending: PendingStep | None = None
         self._stepped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._finished: dict[str, asyncio.Future[None]] = {}
+        self._controls: deque[tuple[Callable[[], Awaitable[Any]], asyncio.Future[Any]]] = deque()
 
     def model_now(self) -> float:
         """The clock, but never past the end of the step in progress."""
@@ -92,6 +97,26 @@ class EngineLoop:
         await asyncio.wait({self._stepped, gone}, return_when=asyncio.FIRST_COMPLETED)
         return not gone.done()
 
+    async def control(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Runs ``op`` between two steps, as vLLM runs a utility call in its busy loop.
+
+        No step runs while ``op`` does: a weight reload that sleeps holds the engine still.
+        """
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._controls.append((op, future))
+        self._work.set()
+        result: T = await future
+        return result
+
+    def announce(self, finished: list[Request]) -> None:
+        """Tells handlers that these requests ended and that the engine moved on."""
+        for req in finished:
+            future = self._finished.pop(req.req_id, None)
+            if future is not None:
+                future.set_result(None)
+        stepped, self._stepped = self._stepped, asyncio.get_running_loop().create_future()
+        stepped.set_result(None)
+
     async def run(self) -> None:
         """Steps forever; cancel the task to stop.
 
@@ -104,18 +129,23 @@ class EngineLoop:
             pending = self._pending
             await asyncio.sleep(max(pending.end - self.clock(), 0.0))
             result = self.engine.end_step(pending)
+            self._pending = None
+            await self._run_controls()
             late = self.clock() - pending.end
             self._pending = self._begin_busy_step(pending.end if late < CATCH_UP_S else None)
-            for req in result.finished:
-                future = self._finished.pop(req.req_id, None)
-                if future is not None:
-                    future.set_result(None)
-            stepped, self._stepped = self._stepped, asyncio.get_running_loop().create_future()
-            stepped.set_result(None)
+            self.announce(result.finished)
+
+    async def _run_controls(self) -> None:
+        while self._controls:
+            op, future = self._controls.popleft()
+            try:
+                future.set_result(await op())
+            except Exception as exc:  # the caller answers it; the engine goes on
+                future.set_exception(exc)
 
     def _begin_busy_step(self, start: float | None) -> PendingStep | None:
         """Begins a step at ``start`` (default: now) if it would run anything, else None."""
-        if not self.engine.has_unfinished_requests():
+        if not self.engine.has_schedulable_requests():
             return None
         pending = self.engine.begin_step(self.clock() if start is None else start)
         if pending.scheduled.num_seqs == 0 and not pending.scheduled.preempted:
@@ -126,10 +156,11 @@ class EngineLoop:
     async def _next_busy_step(self) -> PendingStep:
         """Waits for work (or for a deferred request to become ready) and begins its step."""
         while True:
+            await self._run_controls()
             pending = self._begin_busy_step(None)
             if pending is not None:
                 return pending
-            if self.engine.has_unfinished_requests():
+            if self.engine.has_schedulable_requests():
                 ready = self.engine.next_ready_time()
                 wait = IDLE_POLL_S if ready is None else max(ready - self.clock(), 0.0)
                 await asyncio.sleep(min(wait, IDLE_POLL_S))
@@ -139,14 +170,19 @@ class EngineLoop:
 
 
 class SimServer:
-    """Routes HTTP requests to the engine loop; one served model."""
+    """Routes HTTP requests to the engine loop; one served model.
 
-    def __init__(self, loop: EngineLoop) -> None:
+    ``dev_mode`` adds vLLM's weight-update routes (``inference.sim.dev_routes``), as
+    ``VLLM_SERVER_DEV_MODE=1`` does for vLLM, and the served version to ``/metrics``.
+    """
+
+    def __init__(self, loop: EngineLoop, dev_mode: bool = False) -> None:
         self.loop = loop
         self.engine = loop.engine
         self.model = loop.engine.config.model_name
         self.created = int(time.time())
-        self.registry = make_registry(loop.engine, time.time())
+        self.registry = make_registry(loop.engine, time.time(), dev_mode)
+        self.dev_routes = DevRoutes(loop).routes if dev_mode else {}
 
     async def handle(self, request: HttpRequest) -> Response | StreamingResponse:
         # As Starlette's routes (vLLM's server): a GET route answers HEAD too; the HTTP layer
@@ -170,7 +206,11 @@ class SimServer:
             if route == ("POST", "/tokenize"):
                 ids = parse_tokenize(_body(request), self.model).tolist()
                 return _json(200, render.tokenize_body(ids, self.engine.config.max_model_len))
-            if request.path in (
+            dev_route = self.dev_routes.get(route)
+            if dev_route is not None:
+                status, body = await dev_route(request)
+                return _json(status, body)
+            if request.path in {path for _method, path in self.dev_routes} or request.path in (
                 "/health",
                 "/metrics",
                 "/v1/models",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -26,14 +27,15 @@ class SimHttpServer:
     engine: Engine
 
 
-@pytest.fixture
-async def sim_server() -> AsyncIterator[SimHttpServer]:
+@contextlib.asynccontextmanager
+async def serve_sim(dev_mode: bool = False, reload_s: float = 0.0) -> AsyncIterator[SimHttpServer]:
+    """A test engine on an ephemeral port, its loop running, until the block exits."""
     config = EngineConfig(
         model_name="sim-test", block_size=16, num_gpu_blocks=257, max_model_len=2048
     )
-    engine = Engine(config, TEST_COST)
+    engine = Engine(config, TEST_COST, reload_s=reload_s)
     loop = EngineLoop(engine)
-    tcp = await start_server(SimServer(loop).handle, "127.0.0.1", 0)
+    tcp = await start_server(SimServer(loop, dev_mode).handle, "127.0.0.1", 0)
     port = tcp.sockets[0].getsockname()[1]
     runner = asyncio.create_task(loop.run())
     try:
@@ -42,3 +44,9 @@ async def sim_server() -> AsyncIterator[SimHttpServer]:
         runner.cancel()
         tcp.close()
         await tcp.wait_closed()
+
+
+@pytest.fixture
+async def sim_server() -> AsyncIterator[SimHttpServer]:
+    async with serve_sim() as server:
+        yield server

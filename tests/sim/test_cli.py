@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
 from inference.sim.__main__ import build_engine, build_parser
+from inference.sim.dev_routes import DEV_MODE_ENV
 from tests.conftest import REPO_ROOT, free_port, stop_process_group
 
 STARTUP_TIMEOUT_S = 30.0
@@ -71,3 +74,49 @@ def test_help_documents_the_presets(capsys: pytest.CaptureFixture[str]) -> None:
         build_parser().parse_args(["--help"])
     out = capsys.readouterr().out
     assert "h100-8b" in out and "cpu-tiny" in out and "max_num_seqs" in out
+
+
+def start_cli(port: int, dev_mode: str | None, *options: str) -> subprocess.Popen[bytes]:
+    """A simulator process, healthy; with ``VLLM_SERVER_DEV_MODE`` set to ``dev_mode``."""
+    env = {key: value for key, value in os.environ.items() if key != DEV_MODE_ENV}
+    if dev_mode is not None:
+        env[DEV_MODE_ENV] = dev_mode
+    command = [sys.executable, "-m", "inference.sim", "--port", str(port), *options]
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            return process
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                return process
+        assert time.monotonic() < deadline, "simulator not healthy in time"
+        time.sleep(0.1)
+
+
+def test_the_dev_routes_follow_the_environment_and_reload_takes_reload_s(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
+    body = {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path)}}
+    for dev_mode, status in ((None, 404), ("0", 404), ("1", 200)):
+        port = free_port()
+        process = start_cli(port, dev_mode, "--preset", "cpu-tiny", "--reload-s", "0.6")
+        try:
+            url = f"http://127.0.0.1:{port}"
+            assert httpx.get(f"{url}/weight_info").status_code == status, dev_mode
+            started = time.monotonic()
+            reload = httpx.post(f"{url}/collective_rpc", json=body, timeout=10.0)
+            assert reload.status_code == status, dev_mode
+            if status == 200:
+                assert 0.6 <= time.monotonic() - started < 1.5
+        finally:
+            stop_process_group(process)
+    process = start_cli(free_port(), "yes")
+    try:
+        assert process.wait(timeout=10) == 2  # refused as vLLM refuses a non-integer
+    finally:
+        stop_process_group(process)
