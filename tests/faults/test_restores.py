@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from controlplane.runs.models import (
     Decision,
@@ -122,7 +124,13 @@ def test_a_step_folder_without_a_report_is_recorded_from_its_samples_and_the_log
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A folder written by a version before reports: rebuilt from its samples, as before."""
-    run = Run.objects.create(name="old-folder", config={}, state=RunState.RUNNING, lease_owner="me")
+    run = Run.objects.create(
+        name="old-folder",
+        config={},
+        state=RunState.RUNNING,
+        lease_owner="me",
+        lease_expires_at=timezone.now() + timedelta(minutes=5),
+    )
     folder = tmp_path / "steps" / "000001"
     folder.mkdir(parents=True)
     sample = {"reward": 1.0, "policy_version": 0, "generated_tokens": 7}

@@ -32,6 +32,7 @@ async def test_the_listener_stops_when_cancelled_at_any_moment_of_its_start() ->
     for point in range(CANCEL_POINTS):
         commands = Commands(
             run_id=10**9 + point,  # a channel nobody publishes on
+            owner="test-host",
             controller=None,  # type: ignore[arg-type]
             orchestrator=None,  # type: ignore[arg-type]
             reporter=None,  # type: ignore[arg-type]
