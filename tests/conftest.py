@@ -163,3 +163,21 @@ def private_channels() -> Iterator[None]:
         del os.environ["PACER_CHANNELS_PREFIX"]
     else:
         os.environ["PACER_CHANNELS_PREFIX"] = before
+
+
+@pytest.fixture
+def queue() -> Iterator[str]:
+    """A Celery queue of this test's own: tasks it sends go only to the workers it starts."""
+    from workers.celery import app
+
+    name = f"pacer-test-{uuid.uuid4().hex[:8]}"
+    before = app.conf.task_default_queue
+    app.conf.task_default_queue = name
+    yield name
+    app.conf.task_default_queue = before
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    """Where the workers a test starts keep run folders (PACER_RUNS_DIR)."""
+    return tmp_path / "runs"

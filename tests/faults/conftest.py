@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,6 @@ import redis
 
 from tests.conftest import REPO_ROOT, VENV_BIN, free_port, stop_process_group
 from tests.integration.hosting import wait_for
-from workers.celery import app
 
 
 @dataclass
@@ -113,21 +111,6 @@ def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
     server.start()
     yield server
     server.stop()
-
-
-@pytest.fixture
-def queue() -> Iterator[str]:
-    """A queue of this test's own: tasks it sends go only to the workers it starts."""
-    name = f"pacer-faults-{uuid.uuid4().hex[:8]}"
-    before = app.conf.task_default_queue
-    app.conf.task_default_queue = name
-    yield name
-    app.conf.task_default_queue = before
-
-
-@pytest.fixture
-def runs_dir(tmp_path: Path) -> Path:
-    return tmp_path / "runs"
 
 
 def seconds_since(start: float) -> float:

@@ -10,7 +10,6 @@ import os
 import signal
 import statistics
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,7 +35,6 @@ from tests.integration.hosting import (
     stop_worker,
     wait_for,
 )
-from workers.celery import app
 from workers.tasks import run_execute
 
 pytestmark = [pytest.mark.integration, pytest.mark.sqlite, pytest.mark.django_db(transaction=True)]
@@ -46,21 +44,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.sqlite, pytest.mark.django_db
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[SimEngine]]:
     with sim_engines(tmp_path_factory.mktemp("sims"), 2) as started:
         yield started
-
-
-@pytest.fixture
-def queue() -> Iterator[str]:
-    """A queue of this test's own: tasks it sends go only to the workers it starts."""
-    name = f"pacer-hosting-{uuid.uuid4().hex[:8]}"
-    before = app.conf.task_default_queue
-    app.conf.task_default_queue = name
-    yield name
-    app.conf.task_default_queue = before
-
-
-@pytest.fixture
-def runs_dir(tmp_path: Path) -> Path:
-    return tmp_path / "runs"
 
 
 def queued(engines: list[SimEngine], **top: object) -> Run:

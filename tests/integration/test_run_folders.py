@@ -4,7 +4,6 @@ so a config cannot send them elsewhere on the worker's disk, and no two runs sha
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from tests.integration.hosting import (
     stop_worker,
     wait_for,
 )
-from workers.celery import app
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -31,15 +29,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[SimEngine]]:
     with sim_engines(tmp_path_factory.mktemp("sims"), 1) as started:
         yield started
-
-
-@pytest.fixture
-def queue() -> Iterator[str]:
-    name = f"pacer-folders-{uuid.uuid4().hex[:8]}"
-    before = app.conf.task_default_queue
-    app.conf.task_default_queue = name
-    yield name
-    app.conf.task_default_queue = before
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ into a W&B run of its own, in its own folder, and the longer must go on to its l
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from wandb.proto import wandb_internal_pb2
 from controlplane.runs.models import Decision, Run, RunState, StepRecord
 from controlplane.runs.services import enqueue
 from tests.integration.hosting import run_document, sim_engines, start_worker, stop_worker, wait_for
-from workers.celery import app
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -24,16 +22,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 BLOCK = 32768
 HEADER = struct.Struct("<IHB")
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-
-
-@pytest.fixture
-def queue() -> Iterator[str]:
-    """A queue of this test's own: tasks it sends go only to the worker it starts."""
-    name = f"pacer-wandb-{uuid.uuid4().hex[:8]}"
-    before = app.conf.task_default_queue
-    app.conf.task_default_queue = name
-    yield name
-    app.conf.task_default_queue = before
 
 
 def wandb_records(path: Path) -> Iterator[bytes]:
