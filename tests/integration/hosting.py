@@ -42,13 +42,17 @@ class DbWorker:
 
 
 @contextlib.contextmanager
-def sim_engines(folder: Path, count: int, *flags: str) -> Iterator[list[SimEngine]]:
+def sim_engines(
+    folder: Path, count: int, *flags: str, env: dict[str, str] | None = None
+) -> Iterator[list[SimEngine]]:
     """``count`` simulator processes on free ports, healthy on entry, gone on exit (the list
-    may change meanwhile: a test replaces a killed engine by ``start_sim`` on its port)."""
+    may change meanwhile: a test replaces a killed engine by ``start_sim`` on its port);
+    ``env`` adds to their environment (``VLLM_SERVER_DEV_MODE``)."""
     started: list[SimEngine] = []
     try:
         for index in range(count):
-            started.append(start_sim(folder / f"sim-{index}.log", free_port(), index + 1, *flags))
+            log = folder / f"sim-{index}.log"
+            started.append(start_sim(log, free_port(), index + 1, *flags, env=env))
         for engine in started:
             wait_healthy(engine)
         yield started
@@ -57,13 +61,16 @@ def sim_engines(folder: Path, count: int, *flags: str) -> Iterator[list[SimEngin
             stop_process_group(engine.process)
 
 
-def start_sim(log_path: Path, port: int, seed: int, *flags: str) -> SimEngine:
+def start_sim(
+    log_path: Path, port: int, seed: int, *flags: str, env: dict[str, str] | None = None
+) -> SimEngine:
     """One simulator process on ``port``; ``wait_healthy`` it before use."""
     command = [str(VENV_BIN / "python"), "-m", "inference.sim", "--port", str(port)]
     with log_path.open("ab") as log:
         process = subprocess.Popen(
             [*command, "--seed", str(seed), *flags],
             cwd=REPO_ROOT,
+            env={**os.environ, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -59,6 +59,7 @@ class Cause(StrEnum):
     EVAL = "eval"  # an evaluation wave joined the pool
     ENGINE_FAILING = "engine failing"  # an engine's episodes kept failing
     ENGINE_ANSWERS = "engine answers"  # an episode on an engine out of routing completed
+    WEIGHTS = "weights"  # the trainer acknowledged a step with new weights
 
 
 class DecisionKind(StrEnum):
@@ -80,6 +81,7 @@ class DecisionKind(StrEnum):
     EVAL_WAVE = "eval-wave"  # the orchestrator started an evaluation wave in the shared pool
     ENGINE_OUT = "engine-out"  # an engine's episodes kept failing: no new group goes to it
     ENGINE_BACK = "engine-back"  # an engine out of routing answered: it takes groups again
+    WEIGHTS = "weights"  # an engine was brought to a new policy version (or failed to be)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from inference.metrics.client import MetricsClient
 from inference.metrics.endpoints import EngineSpec
 from inference.metrics.monitor import EngineMonitor, PollResult
 from inference.rollout_client import RolloutClient
+from inference.weights_client import EngineWeightsClient
 from workers.core.clock import MonotonicClock
 from workers.core.config.fields import ConfigError
 from workers.core.config.run import RunConfig
@@ -257,7 +258,16 @@ class Host:
         wandb = WandbLog(
             config.wandb, name=f"{config.name}-{self.run_id}", folder=output, config=config.document
         )
-        async with MetricsClient(engine_http_client(2 * len(specs))) as metrics:
+        async with (
+            MetricsClient(engine_http_client(2 * len(specs))) as metrics,
+            engine_http_client(len(specs)) as weights_http,
+        ):
+            # Only a trainer sends weights back; their routes are reached only then.
+            weights = (
+                {s.name: EngineWeightsClient(weights_http, s.base_url) for s in specs}
+                if config.trainer.mode == "external"
+                else None
+            )
             poll = EnginePoll(EngineMonitor(specs, metrics, self._clock), specs)
             commands_changed = asyncio.Event()
             orchestrator = self.orchestrator = Orchestrator(
@@ -280,6 +290,7 @@ class Host:
                     open_waves=unfinished,
                     checkpoint=checkpoint,
                 ),
+                weights=weights,
             )
             poll.cap = lambda: orchestrator.loop.dispatcher.cap
             poll.on_poll = lambda result: reporter.poll(

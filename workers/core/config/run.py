@@ -59,6 +59,7 @@ from workers.core.samples import EngineRole
 
 POLICIES = ("pacer", "reference", "fixed", "gradient2")
 TRAINER_MODES = ("none", "external")
+UPDATE_MODES = ("sync", "rolling")
 WANDB_MODES = ("offline", "disabled", "online")
 AUTO_MODEL = "auto"  # take the one model the engines serve
 
@@ -125,6 +126,9 @@ class EngineSettings:
 class TrainerSettings:
     mode: str  # none: a step is done once written; external: once the trainer acknowledges it
     ack_timeout_s: float
+    # How an acknowledged checkpoint reaches the engines (workers/core/orchestrator/relay.py):
+    # sync, every engine at once (on-policy), or rolling, one at a time (the pool serves on).
+    updates: str = "sync"
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,8 +287,9 @@ def _engine(table: Table) -> EngineSettings | None:
 def _trainer(table: Table) -> TrainerSettings:
     mode = table.string("mode", "none", choices=TRAINER_MODES)
     timeout = table.number("ack_timeout_s", 900.0, low=0.001, high=7 * 86_400.0)
+    updates = table.string("updates", "sync", choices=UPDATE_MODES)
     table.finish()
-    return TrainerSettings(mode or "none", timeout or 900.0)
+    return TrainerSettings(mode or "none", timeout or 900.0, updates or "sync")
 
 
 def _wandb(table: Table) -> WandbSettings:

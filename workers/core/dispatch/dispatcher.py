@@ -69,6 +69,7 @@ class Dispatcher(Generic[P, R]):
         self._cap = _checked_cap(cap)
         self._healthy: tuple[str, ...] = tuple(engines)
         self.breakers = EngineBreakers(self._healthy, self.config.breaker, now=clock.now())
+        self._held: set[str] = set()  # engines taking no new group: their weights are updating
         self._ledger = PermitLedger()
         self._pacer = AdmissionPacer(self.config.pacing)
         self._tallies = Tallies()
@@ -111,6 +112,15 @@ class Dispatcher(Generic[P, R]):
         checked = _checked_cap(cap)
         _running_loop()
         self._cap = checked
+        self._refill()
+
+    def hold(self, engine: str) -> None:
+        """No new group goes to ``engine`` (its weights are being updated) until ``release``;
+        groups already on it keep it, so a group's episodes stay on one engine."""
+        self._held.add(engine)
+
+    def release(self, engine: str) -> None:
+        self._held.discard(engine)
         self._refill()
 
     def set_engines(self, healthy: Iterable[str]) -> None:
@@ -245,7 +255,9 @@ class Dispatcher(Generic[P, R]):
     def _route(self, now: float) -> str | None:
         """The engine a new group goes to: the routable one with the fewest episodes in flight
         (an engine out of routing whose backoff passed has none, so it gets its probe)."""
-        routable = [e for e in self._healthy if self.breakers.takes_new(e, now)]
+        routable = [
+            e for e in self._healthy if e not in self._held and self.breakers.takes_new(e, now)
+        ]
         if not routable:
             return None
         engine = min(routable, key=self._ledger.inflight_on)

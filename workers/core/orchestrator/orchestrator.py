@@ -32,7 +32,7 @@ from enum import StrEnum
 from workers.core.clock import Clock
 from workers.core.config.run import EnvSettings, RunConfig
 from workers.core.control_loop import ControlLoop, Poll, Steering
-from workers.core.decisions import Decision
+from workers.core.decisions import Decision, Signal
 from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
 from workers.core.dispatch.permits import EpisodeKind
 from workers.core.environments.base import EngineClient, Episode, Session
@@ -45,6 +45,7 @@ from workers.core.orchestrator.ports import (
     QuietReporter,
     RunReporter,
 )
+from workers.core.orchestrator.relay import EngineWeights, Relay, UpdateMode
 from workers.core.orchestrator.steps import StepTally
 from workers.core.orchestrator.trainer import RunFailed, acknowledged
 from workers.core.orchestrator.waves import derive_seed, wave_decision, wave_groups, wave_report
@@ -106,6 +107,7 @@ class Orchestrator:
         max_model_len: Callable[[str], int | None] = lambda engine: None,
         start: StartPoint | None = None,
         on_episode: Callable[[FinishedEpisode[EpisodeSpec, Episode]], None] | None = None,
+        weights: Mapping[str, EngineWeights] | None = None,
     ) -> None:
         if config.trainer.mode == "external" and acks is None:
             raise ValueError("trainer mode 'external' needs a source of acknowledgements")
@@ -134,6 +136,17 @@ class Orchestrator:
             on_finished=self._finished,
             on_decisions=self._decided,
             on_failed=self._fail,
+        )
+        self._relay = (
+            None
+            if weights is None
+            else Relay(
+                dict(weights),
+                clock,
+                mode=UpdateMode(config.trainer.updates),
+                routing=_Routing(self._loop),
+                loop_state=self._loop_state,
+            )
         )
         self._book = GroupBook()
         self._step = start.step
@@ -215,6 +228,7 @@ class Orchestrator:
             ack = await self._acknowledged(self._step)  # written before a restart
             if ack is None:
                 return RunOutcome.STOPPED, self._stop_reason or "stopped"
+            await self._serve(ack)
             self._advance(ack)
         while self._step < config.max_steps:
             if not await self._until(lambda: self._book.ready_episodes >= config.batch_size):
@@ -226,6 +240,7 @@ class Orchestrator:
                     return RunOutcome.STOPPED, self._stop_reason or "stopped"
             else:
                 ack = Ack(self._step)
+            await self._serve(ack)
             self._advance(ack)
             if config.eval_every and self._step % config.eval_every == 0:
                 self._start_wave()
@@ -277,6 +292,19 @@ class Orchestrator:
         while self._stop_reason is None:
             self._changed.clear()
             await self._changed.wait()
+
+    async def _serve(self, ack: Ack) -> None:
+        """Bring the engines to the acknowledged weights, when the trainer sent new ones and
+        the run can reach its engines' weight routes; the groups sampled meanwhile are judged
+        by the off-policy bound as the version then advances."""
+        if self._relay is None or ack.checkpoint is None or ack.checkpoint == self._checkpoint:
+            return
+        self._reporter.decisions(await self._relay.update(ack.version, ack.checkpoint))
+
+    def _loop_state(self) -> tuple[int, Signal]:
+        """The cap and the engines' reading now, for the relay's decisions."""
+        now = self._clock.now()
+        return self._loop.dispatcher.cap, self._loop.controller.make_stats(now).signal
 
     def _advance(self, ack: Ack) -> None:
         self._version, self._checkpoint = ack.version, ack.checkpoint
@@ -430,3 +458,17 @@ def _labelled(envs: tuple[EnvSettings, ...]) -> dict[str, EnvSettings]:
             label = f"{env.name}#{n}"
         labels[label] = env
     return labels
+
+
+class _Routing:
+    """The dispatcher's hold and release for the relay, looked up when used: the dispatcher
+    lives in the control loop."""
+
+    def __init__(self, loop: ControlLoop[EpisodeSpec, Episode]) -> None:
+        self._loop = loop
+
+    def hold(self, engine: str) -> None:
+        self._loop.dispatcher.hold(engine)
+
+    def release(self, engine: str) -> None:
+        self._loop.dispatcher.release(engine)

@@ -1,0 +1,133 @@
+"""The relay on engines that take their time to reload: sync brings every engine at once,
+rolling one at a time with the others in routing, a failed reload keeps the old version on
+record and never leaves an engine paused."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from workers.core.clock import ManualClock
+from workers.core.decisions import DecisionKind, Signal
+from workers.core.orchestrator.relay import Relay, UpdateMode
+
+RELOAD_S = 2.0
+
+
+class Engine:
+    """An engine's weight routes on a manual clock: a reload takes RELOAD_S."""
+
+    def __init__(self, name: str, clock: ManualClock, log: list[tuple[float, str, str]]) -> None:
+        self.name, self.clock, self.log = name, clock, log
+        self.paused = False
+        self.version: int | None = None
+        self.fail_reload = ""
+
+    def _note(self, what: str) -> None:
+        self.log.append((self.clock.now(), self.name, what))
+
+    async def pause(self) -> None:
+        self.paused = True
+        self._note("pause")
+
+    async def reload(self, checkpoint: str) -> None:
+        await self.clock.sleep(RELOAD_S)
+        if self.fail_reload:
+            raise RuntimeError(self.fail_reload)
+        self._note(f"reload {checkpoint}")
+
+    async def set_version(self, version: int) -> None:
+        self.version = version
+        self._note(f"version {version}")
+
+    async def resume(self) -> None:
+        self.paused = False
+        self._note("resume")
+
+
+class Routing:
+    def __init__(self, log: list[tuple[float, str, str]], clock: ManualClock) -> None:
+        self.held: set[str] = set()
+        self.log, self.clock = log, clock
+
+    def hold(self, engine: str) -> None:
+        self.held.add(engine)
+        self.log.append((self.clock.now(), engine, "held"))
+
+    def release(self, engine: str) -> None:
+        self.held.discard(engine)
+        self.log.append((self.clock.now(), engine, "released"))
+
+
+async def run_update(relay: Relay, clock: ManualClock, version: int) -> tuple:
+    """The update, the clock moved on only once everything waits on it."""
+    task = asyncio.ensure_future(relay.update(version, f"/ckpt/v{version}"))
+    while not task.done():
+        for _ in range(20):
+            await asyncio.sleep(0)
+        if not task.done():
+            clock.advance(0.5)
+    return task.result()
+
+
+def engines(clock: ManualClock, log: list) -> dict[str, Engine]:
+    return {name: Engine(name, clock, log) for name in ("e0", "e1", "e2")}
+
+
+async def test_a_sync_update_brings_every_engine_at_once_in_one_reload_time() -> None:
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    relay = Relay(pool, clock, loop_state=lambda: (40, Signal.CLEAR))
+    started = clock.now()
+    decisions = await run_update(relay, clock, 3)
+    assert clock.now() - started == pytest.approx(RELOAD_S, abs=0.5)
+    assert relay.served == {"e0": 3, "e1": 3, "e2": 3}
+    assert all(e.version == 3 and not e.paused for e in pool.values())
+    pauses = [at for at, _, what in log if what == "pause"]
+    resumes = [at for at, _, what in log if what == "resume"]
+    assert max(pauses) <= min(resumes)  # no engine resumed while another still served old
+    for name, engine_log in ((n, [w for _, e, w in log if e == n]) for n in pool):
+        assert engine_log == ["pause", "reload /ckpt/v3", "version 3", "resume"], name
+    assert [d.kind for d in decisions] == [DecisionKind.WEIGHTS] * 3
+    assert decisions[0].reason.startswith("e0 serves version 3 after 2.0 s (sync update)")
+    assert decisions[0].figures["version"] == 3 and not decisions[0].alert
+    assert decisions[0].cap_after == 40 and decisions[0].signal is Signal.CLEAR
+
+
+async def test_a_rolling_update_takes_one_engine_at_a_time_out_of_routing() -> None:
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    routing = Routing(log, clock)
+    relay = Relay(pool, clock, mode=UpdateMode.ROLLING, routing=routing)
+    started = clock.now()
+    await run_update(relay, clock, 5)
+    assert clock.now() - started == pytest.approx(3 * RELOAD_S, abs=1.5)
+    assert relay.served == {"e0": 5, "e1": 5, "e2": 5} and not routing.held
+    order = [(e, w) for _, e, w in log if w in ("held", "released")]
+    assert order == [(n, w) for n in ("e0", "e1", "e2") for w in ("held", "released")]
+    paused_at_once = max(
+        sum(1 for _, e, w in log[: i + 1] if w == "pause")
+        - sum(1 for _, e, w in log[: i + 1] if w == "resume")
+        for i in range(len(log))
+    )
+    assert paused_at_once == 1  # the others kept serving
+
+
+async def test_an_engine_that_fails_to_reload_keeps_its_version_and_is_resumed() -> None:
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    relay = Relay(pool, clock, served={"e0": 1, "e1": 1, "e2": 1})
+    pool["e1"].fail_reload = "weights file truncated"
+    decisions = await run_update(relay, clock, 2)
+    assert relay.served == {"e0": 2, "e1": 1, "e2": 2}
+    assert not any(e.paused for e in pool.values())
+    failed = next(d for d in decisions if d.figures["engine"] == "e1")
+    assert failed.alert and failed.figures["version"] == 1 and failed.figures["target"] == 2
+    assert "could not load version 2 (RuntimeError: weights file truncated)" in failed.reason
+    assert "it serves version 1" in failed.reason
+
+
+def test_rolling_updates_need_routing() -> None:
+    with pytest.raises(ValueError, match="routing"):
+        Relay({}, ManualClock(), mode=UpdateMode.ROLLING)
