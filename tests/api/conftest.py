@@ -95,15 +95,11 @@ def anonymous() -> APIClient:
 
 
 @pytest.fixture
-def private_queue() -> Iterator[str]:
+def private_queue(queue: str) -> Iterator[str]:
     """Run tasks sent during the test go to a queue nobody else consumes, deleted after."""
-    name = f"pacer-api-{uuid.uuid4().hex[:8]}"
-    before = app.conf.task_default_queue
-    app.conf.task_default_queue = name
-    yield name
-    app.conf.task_default_queue = before
+    yield queue
     with app.connection_for_write() as connection:
-        connection.default_channel.client.delete(name)
+        connection.default_channel.client.delete(queue)
 
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -67,14 +67,13 @@ from workers.runtime.foreground import CONNECTIONS_SPARE, EnginePoll
 from workers.runtime.reporter import RunReporter
 from workers.runtime.reporting import FanOut
 from workers.runtime.run_folders import run_folder
-from workers.runtime.tenure import Tenure, TenureLost
+from workers.runtime.tenure import RAN_OUT, Tenure, TenureLost
 from workers.runtime.wandb_log import WandbLog
 
 logger = logging.getLogger(__name__)
 
 # Set when the worker is told to shut down: every run it hosts is handed back, state stored.
 SHUTDOWN = threading.Event()
-SHUTDOWN_CHECK_S = 0.5
 WORKER_SHUTDOWN = "the worker shut down; the run goes to the next worker"
 LEASE_LOST = "the lease was lost; another worker hosts the run now"
 # Engines down when a run starts may be restarting: this long before the run fails.
@@ -122,7 +121,6 @@ class Host:
         self.orchestrator: Orchestrator | None = None
         self._driving: asyncio.Task[RunResult] | None = None  # the orchestrator's run
         self._beating: asyncio.Task[None] | None = None  # the heartbeat, while the lease is ours
-        self._ended_as: RunState | None = None  # the state the run was left in
         self._last_poll_at: float | None = None
         self._failure = ""  # why the engines could not be used, when they could not
 
@@ -335,7 +333,7 @@ class Host:
             current = asyncio.current_task()
             if (current is not None and current.cancelling()) or self.tenure.held:
                 raise
-        raise TenureLost(self.tenure.lost or "the lease could not be renewed in time")
+        raise TenureLost(self.tenure.lost or RAN_OUT)
 
     def _controller(self, config: RunConfig, run: Run) -> tuple[Controller | ObserveOnly, Any]:
         if run.controller_state is None:
@@ -384,35 +382,21 @@ class Host:
         }
 
     async def _heartbeat(self) -> None:
-        """Renew the lease every ``LEASE_RENEW_S`` from the lease's own database thread, and
-        abandon the run once the tenure ends: another host holds the lease, or no renewal
-        succeeded in time (the database away or hung for longer than the lease lasts). A
-        renewal that hangs is never waited on: the tenure's deadline runs on regardless."""
+        """Keep the tenure (``Tenure.keep``), renewing from the lease's own database thread;
+        abandon the run once it ends: another host holds the lease, or no renewal succeeded
+        in time (the database away or hung for longer than the lease lasts)."""
         loop = asyncio.get_running_loop()
-        renewal: asyncio.Future[bool] | None = None
-        sent_at = next_at = self._clock.now()
-        while True:
-            await asyncio.sleep(SHUTDOWN_CHECK_S)
-            if SHUTDOWN.is_set():
-                self._stop(WORKER_SHUTDOWN)
-            if renewal is not None and renewal.done():
-                try:
-                    if renewal.result():
-                        self.tenure.renewed(sent_at)
-                    else:
-                        self.tenure.lose(LEASE_LOST)
-                except Exception:
-                    logger.warning("host: lease renewal failed", exc_info=True)
-                renewal = None
-            if not self.tenure.held:
-                self._abandon(self.tenure.lost or "the lease could not be renewed in time")
-                return
-            now = self._clock.now()
-            if renewal is None and now >= next_at:
-                sent_at, next_at = now, now + lease.LEASE_RENEW_S
-                renewal = loop.run_in_executor(
-                    self._lease_db, _reconnecting, lease.renew, (self.run_id, self.owner), {}
-                )
+        reason = await self.tenure.keep(
+            lambda: loop.run_in_executor(
+                self._lease_db, _reconnecting, lease.renew, (self.run_id, self.owner), {}
+            ),
+            on_check=self._check_shutdown,
+        )
+        self._abandon(reason)
+
+    def _check_shutdown(self) -> None:
+        if SHUTDOWN.is_set():
+            self._stop(WORKER_SHUTDOWN)
 
     def _stop_heartbeat(self) -> None:
         if self._beating is not None:
@@ -446,15 +430,21 @@ class Host:
     async def _hand_back(self, ending: Sequence[int] = ()) -> str:
         """Queue the run for the next worker at once, its state stored, unless a stop or a
         pause came meanwhile (``store.end_run``)."""
-        outcome = await self._end(RunState.QUEUED, "", ending, enqueued_at=timezone.now())
-        if self._ended_as == RunState.QUEUED:
+        written = await self._release(RunState.QUEUED, "", ending, enqueued_at=timezone.now())
+        if written == RunState.QUEUED:
             await asyncio.get_running_loop().run_in_executor(None, enqueue, self.run_id)
-        return outcome
+        return self._outcome(written, "")
 
     async def _end(
         self, state: RunState, error: str, ending: Sequence[int] = (), **fields: Any
     ) -> str:
-        """Release the lease with the run's new state; nothing is in flight any more."""
+        return self._outcome(await self._release(state, error, ending, **fields), error)
+
+    async def _release(
+        self, state: RunState, error: str, ending: Sequence[int], **fields: Any
+    ) -> RunState | None:
+        """Release the lease with the run's new state (nothing is in flight any more); the
+        state written, or None when the lease was not ours any more."""
         self._stop_heartbeat()
         written = await self.call(
             store.end_run,
@@ -468,12 +458,18 @@ class Host:
             generation_tokens_per_s=0.0,
             **fields,
         )
+        if written is not None:
+            if written != state:
+                logger.info(
+                    "host: run %d %s, not %s: an operator said so", self.run_id, written, state
+                )
+            await _send_state(self.run_id, written, error)
+        return written
+
+    def _outcome(self, written: RunState | None, error: str) -> str:
+        """What became of the run, for the task's result."""
         if written is None:
             return LEASE_LOST
-        self._ended_as = written
-        if written != state:
-            logger.info("host: run %d %s, not %s: an operator said so", self.run_id, written, state)
-        await _send_state(self.run_id, written, error)
         return f"run {self.run_id} {written}" + (f": {error}" if error else "")
 
 

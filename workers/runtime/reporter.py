@@ -41,7 +41,7 @@ from workers.core.decisions import Decision
 from workers.core.orchestrator.batches import EvalReport, StepReport, WaveStart
 from workers.core.samples import LoadSample
 from workers.runtime import store
-from workers.runtime.tenure import Tenure
+from workers.runtime.tenure import RAN_OUT, Tenure
 
 logger = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ class RunReporter:
         if self.lease_lost is not None:
             return False
         if self._tenure is not None and not self._tenure.held:
-            self._lose(self._tenure.lost or "the lease could not be renewed in time")
+            self._lose(self._tenure.lost or RAN_OUT)
             return False
         decisions = list(self._decisions)
         samples = list(self._samples)

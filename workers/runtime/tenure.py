@@ -8,17 +8,30 @@ that renewal's expiry later than it was sent, so the host's deadline always fall
 moment another host may take the run, whatever the database does meanwhile. Past the deadline
 the host writes no file, no row and sends no engine request; each batch write checks the
 tenure right before its rename.
+
+``Tenure.keep`` is the heartbeat that renews it: each renewal runs on its own (in a database
+thread of the lease's own, so a flush stuck on a hung connection cannot hold it up) and is
+never waited on, so the deadline runs on whether or not the database answers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
 from workers.core.clock import Clock
-from workers.runtime.lease import LEASE_TTL_S
+from workers.runtime.lease import LEASE_RENEW_S, LEASE_TTL_S
+
+logger = logging.getLogger(__name__)
 
 # The host stops this long before its lease could expire: it covers a batch's rename after
 # its last check (milliseconds) and the drift between the host's clock and the database's
 # (NTP keeps it far below a second), with room to spare.
 LEASE_MARGIN_S = 5.0
+CHECK_S = 0.5  # how often the heartbeat looks at the deadline (well inside the margin)
+RAN_OUT = "the lease could not be renewed in time"
+TAKEN = "another host holds the lease now"
 
 
 class TenureLost(Exception):
@@ -53,4 +66,34 @@ class Tenure:
     def check(self) -> None:
         """Raise ``TenureLost`` unless the tenure is held."""
         if not self.held:
-            raise TenureLost(self.lost or "the lease could not be renewed in time")
+            raise TenureLost(self.lost or RAN_OUT)
+
+    async def keep(
+        self,
+        renew: Callable[[], Awaitable[bool]],
+        *,
+        on_check: Callable[[], None] = lambda: None,
+    ) -> str:
+        """Renew every ``LEASE_RENEW_S`` until the tenure ends; why it ended. ``renew`` starts
+        one renewal (True: renewed, False: another host holds the lease); ``on_check`` runs at
+        every look at the deadline (the host's shutdown check)."""
+        renewal: asyncio.Future[bool] | None = None
+        sent_at = next_at = self._clock.now()
+        while True:
+            await asyncio.sleep(CHECK_S)
+            on_check()
+            if renewal is not None and renewal.done():
+                try:
+                    if renewal.result():
+                        self.renewed(sent_at)
+                    else:
+                        self.lose(TAKEN)
+                except Exception:
+                    logger.warning("tenure: lease renewal failed", exc_info=True)
+                renewal = None
+            if not self.held:
+                return self.lost or RAN_OUT
+            now = self._clock.now()
+            if renewal is None and now >= next_at:
+                sent_at, next_at = now, now + LEASE_RENEW_S
+                renewal = asyncio.ensure_future(renew())

@@ -144,7 +144,7 @@ class Orchestrator:
                 dict(weights),
                 clock,
                 mode=UpdateMode(config.trainer.updates),
-                routing=_Routing(self._loop),
+                routing=self._loop.dispatcher,
                 loop_state=self._loop_state,
             )
         )
@@ -458,17 +458,3 @@ def _labelled(envs: tuple[EnvSettings, ...]) -> dict[str, EnvSettings]:
             label = f"{env.name}#{n}"
         labels[label] = env
     return labels
-
-
-class _Routing:
-    """The dispatcher's hold and release for the relay, looked up when used: the dispatcher
-    lives in the control loop."""
-
-    def __init__(self, loop: ControlLoop[EpisodeSpec, Episode]) -> None:
-        self._loop = loop
-
-    def hold(self, engine: str) -> None:
-        self._loop.dispatcher.hold(engine)
-
-    def release(self, engine: str) -> None:
-        self._loop.dispatcher.release(engine)
