@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -51,6 +52,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+# The lease this thread's transaction checked and locked: the writes inside it need no check
+# of their own (each would take another savepoint, SET and SELECT ... FOR UPDATE).
+_holding = threading.local()
+
+
 class LeaseLost(Exception):
     """The run's lease is not this host's (any more): nothing was written."""
 
@@ -60,10 +66,17 @@ def under_lease(run_id: int, owner: str) -> Iterator[None]:
     """A transaction in which ``owner`` holds the run's unexpired lease, the run's row locked
     until it ends; ``LeaseLost`` (and nothing written) when it does not. On SQLite the
     transaction is IMMEDIATE (settings), which locks the whole database instead."""
+    if getattr(_holding, "lease", None) == (run_id, owner):
+        yield  # inside a transaction that checked and locked it already (a reporter's flush)
+        return
     with transaction.atomic():
         if not _lock_run(run_id, owner, unexpired=True):
             raise LeaseLost(f"run {run_id}: the lease is not held by {owner}")
-        yield
+        _holding.lease = (run_id, owner)
+        try:
+            yield
+        finally:
+            _holding.lease = None
 
 
 def _lock_run(run_id: int, owner: str, *, unexpired: bool) -> bool:
