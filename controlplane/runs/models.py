@@ -158,6 +158,8 @@ class Decision(models.Model):
     # The lease owner that made it (worker/task): a run's timeline shows each host's tenure,
     # and a write by a host that had lost its lease would show as one out of place.
     host = models.CharField(max_length=200, blank=True, default="")
+    # The engine the decision is about (a weight update, an engine out of routing or back).
+    engine = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         ordering = ["at", "id"]

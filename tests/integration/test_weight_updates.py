@@ -21,19 +21,12 @@ from tests.integration.hosting import (
     stop_worker,
     wait_for,
 )
+from tests.model_folders import model_folder
 from workers.core.decisions import DecisionKind
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STEPS = 3
-
-
-def model_folder(path: Path) -> Path:
-    """What a trainer leaves: a config and safetensors weights (the simulator loads none)."""
-    path.mkdir(parents=True)
-    (path / "config.json").write_text('{"model_type": "llama"}')
-    (path / "model.safetensors").write_bytes(b"\0" * 8)
-    return path
 
 
 def served(url: str) -> str:
@@ -85,3 +78,11 @@ def test_acknowledged_weights_reach_every_engine(
     assert len(updates) == 2 * STEPS and not any(d.alert for d in updates)
     assert sorted(d.figures["version"] for d in updates) == sorted(2 * list(range(1, STEPS + 1)))
     assert all(f"({mode} update)" in d.reason and " serves version " in d.reason for d in updates)
+    # The API lists them, each naming its engine (a text among the figures once made it a 500).
+    listed = api.get(f"/api/runs/{run.pk}/decisions/", {"kind": "weights"})
+    assert listed.status_code == 200, listed.content
+    per_engine: dict[str, list[int]] = {}
+    for decision in listed.json()["results"]:
+        per_engine.setdefault(decision["engine"], []).append(decision["figures"]["version"])
+    assert len(per_engine) == 2 and "" not in per_engine
+    assert all(versions == list(range(1, STEPS + 1)) for versions in per_engine.values())

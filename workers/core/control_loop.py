@@ -267,6 +267,7 @@ class ControlLoop(Generic[P, R]):
                     reason=change.reason,
                     alert=change.alert,
                     figures={"failures": change.failures, "backoff_s": change.backoff_s},
+                    engine=change.engine,
                 ),
             )
         )

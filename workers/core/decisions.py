@@ -109,6 +109,9 @@ class Decision:
     alert: bool = False  # needs an operator's attention
     applied: bool = True
     figures: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # The engine a decision is about (a weight update, an engine out of routing or back);
+    # empty for the run's own cap decisions. Not a figure: figures are numbers, for charts.
+    engine: str = ""
 
     def __post_init__(self) -> None:
         if self.cap_before < 0 or self.cap_after < 0:
@@ -133,6 +136,7 @@ class Decision:
             "alert": self.alert,
             "applied": self.applied,
             "figures": dict(self.figures),
+            "engine": self.engine,
         }
 
     @classmethod
@@ -154,6 +158,8 @@ class Decision:
                 alert=stored_bool(data, "alert"),
                 applied=stored_bool(data, "applied"),
                 figures=_figures(data["figures"]),
+                # Absent from what was stored before decisions named engines.
+                engine=_text(data, "engine") if "engine" in data else "",
             )
         except KeyError as missing:
             raise ValueError(f"decision JSON lacks field {missing}") from None

@@ -147,6 +147,7 @@ def decision_row(
         alert=decision.alert,
         applied=decision.applied,
         figures=dict(decision.figures),
+        engine=decision.engine,
     )
 
 

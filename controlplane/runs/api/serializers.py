@@ -139,6 +139,7 @@ class DecisionSerializer(serializers.ModelSerializer):
             "alert",
             "applied",
             "figures",
+            "engine",
             "override",
         ]
         read_only_fields = fields

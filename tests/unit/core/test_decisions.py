@@ -26,8 +26,14 @@ def decision(**overrides: object) -> Decision:
 
 
 def test_a_decision_survives_json() -> None:
-    original = decision(shadow_before=500, shadow_after=400, alert=True)
+    original = decision(shadow_before=500, shadow_after=400, alert=True, engine="sim-engine-1")
     assert Decision.from_json(json.loads(json.dumps(original.to_json()))) == original
+
+
+def test_a_decision_stored_before_decisions_named_engines_reads_as_the_runs_own() -> None:
+    data = decision().to_json()
+    del data["engine"]
+    assert Decision.from_json(data).engine == ""
 
 
 def test_figures_are_read_only() -> None:
@@ -60,6 +66,7 @@ def test_impossible_numbers_are_refused(overrides, message) -> None:
         (lambda d: d.update(figures={"x": 10**400}), "figures"),
         (lambda d: d.update(figures=[1]), "figures must be an object"),
         (lambda d: d.update(reason=7), "reason must be a string"),
+        (lambda d: d.update(engine=None), "engine must be a string"),
     ],
 )
 def test_malformed_json_is_refused_with_the_field_named(mutate, message) -> None:

@@ -122,7 +122,7 @@ async def test_an_engine_that_fails_to_reload_keeps_its_version_and_is_resumed()
     decisions = await run_update(relay, clock, 2)
     assert relay.served == {"e0": 2, "e1": 1, "e2": 2}
     assert not any(e.paused for e in pool.values())
-    failed = next(d for d in decisions if d.figures["engine"] == "e1")
+    failed = next(d for d in decisions if d.engine == "e1")
     assert failed.alert and failed.figures["version"] == 1 and failed.figures["target"] == 2
     assert "could not load version 2 (RuntimeError: weights file truncated)" in failed.reason
     assert "it serves version 1" in failed.reason

@@ -143,8 +143,8 @@ class Relay:
             cap_after=cap,
             reason=f"{reason} ({self.mode.value} update)",
             alert=bool(one.error),
+            engine=one.engine,
             figures={
-                "engine": one.engine,
                 "version": one.version,
                 "target": version,
                 "seconds": round(one.seconds, 3),
