@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+from inference.safetensors_check import safetensors_problem
 from inference.sim.engine import Engine, PauseMode
 from inference.sim.http11 import HttpRequest
 from inference.sim.openai_requests import ApiError
@@ -72,6 +73,11 @@ def weights_problem(weights_path: str) -> str | None:
         return f"no model directory at {weights_path}"
     if not any(next(path.glob(pattern), None) for pattern in WEIGHT_FILE_PATTERNS):
         return f"Cannot find any model weights with `{weights_path}`"
+    # vLLM's loader fails on a file cut short (a save not finished); so does the simulator.
+    for file in sorted(path.glob("*.safetensors")):
+        problem = safetensors_problem(file)
+        if problem is not None:
+            return f"Error while deserializing header: {problem}"
     return None
 
 

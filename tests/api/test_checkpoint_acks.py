@@ -101,6 +101,8 @@ def _unreadable(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ("up and out", "may not go up a folder ('..')"),
         ("a symlink out", "must be inside "),
         ("empty", "may not be blank"),
+        ("cut short", "model.safetensors is cut short: 20 of its "),
+        ("not safetensors", "model.safetensors is not safetensors"),
     ],
 )
 def test_a_checkpoint_that_cannot_be_loaded_is_400_at_checkpoint_and_nothing_changes(
@@ -121,6 +123,11 @@ def test_a_checkpoint_that_cannot_be_loaded_is_400_at_checkpoint_and_nothing_cha
     ).unlink()
     _unreadable(model_folder(output / "unreadable") / "model.safetensors", monkeypatch)
     (output / "a symlink out").symlink_to(elsewhere, target_is_directory=True)
+    weights = model_folder(output / "cut short") / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:20])  # a trainer killed while saving
+    (model_folder(output / "not safetensors") / "model.safetensors").write_bytes(
+        b"PK\x03\x04zip archive, not safetensors"
+    )
     response = ack(operator_client, run, {"policy_version": 1, "checkpoint": asked.get(case, case)})
     assert response.status_code == 400, response.json()
     assert response.json()["detail"] == "the request is invalid"

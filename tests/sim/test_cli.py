@@ -16,6 +16,7 @@ import pytest
 from inference.sim.__main__ import build_engine, build_parser
 from inference.sim.dev_routes import DEV_MODE_ENV
 from tests.conftest import REPO_ROOT, free_port, stop_process_group
+from tests.model_folders import safetensors
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -100,7 +101,7 @@ def start_cli(port: int, dev_mode: str | None, *options: str) -> subprocess.Pope
 def test_the_dev_routes_follow_the_environment_and_reload_takes_reload_s(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
+    (tmp_path / "model.safetensors").write_bytes(safetensors())
     body = {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path)}}
     for dev_mode, status in ((None, 404), ("0", 404), ("1", 200)):
         port = free_port()

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from inference.sim.request import Request
+from tests.model_folders import safetensors
 from tests.sim.conftest import SimHttpServer, serve_sim
 
 RELOAD_S = 0.4  # long against a test step (~2 ms), short for the suite
@@ -154,7 +155,7 @@ async def test_pause_keep_freezes_the_request_until_resume(
 async def test_reload_takes_the_reload_time_and_refuses_a_missing_path(
     dev_server: SimHttpServer, tmp_path: Path
 ) -> None:
-    (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
+    (tmp_path / "model.safetensors").write_bytes(safetensors())
     async with http(dev_server) as api:
         started = time.monotonic()
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path)}}
@@ -172,6 +173,12 @@ async def test_reload_takes_the_reload_time_and_refuses_a_missing_path(
             assert refused.status_code == 500, path
             error = refused.json()["error"]
             assert error["type"] == "InternalServerError" and str(path) in error["message"]
+        cut = tmp_path / "cut"  # a save not finished: vLLM's loader fails on the header
+        cut.mkdir()
+        (cut / "model.safetensors").write_bytes(safetensors()[:-4])
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(cut)}}
+        refused = await api.post("/collective_rpc", json=body)
+        assert refused.status_code == 500 and "is cut short" in refused.json()["error"]["message"]
         assert dev_server.engine.weights_path == str(tmp_path)  # still the last good one
         assert (await api.post("/collective_rpc", json={"kwargs": {}})).status_code == 400
         unknown = await api.post("/collective_rpc", json={"method": "no_such_method"})
@@ -179,7 +186,7 @@ async def test_reload_takes_the_reload_time_and_refuses_a_missing_path(
 
 
 async def test_no_step_runs_during_a_reload(dev_server: SimHttpServer, tmp_path: Path) -> None:
-    (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
+    (tmp_path / "model.safetensors").write_bytes(safetensors())
     async with http(dev_server) as api:
         in_flight = asyncio.create_task(complete(api, LONG))
         await until_generating(dev_server)
@@ -227,7 +234,7 @@ async def test_a_pause_clears_the_prefix_cache_a_reload_alone_does_not(
     dev_server: SimHttpServer, tmp_path: Path
 ) -> None:
     """As in vLLM 0.32: reload_weights leaves the cache; the relay clears it by pausing."""
-    (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
+    (tmp_path / "model.safetensors").write_bytes(safetensors())
     async with http(dev_server) as api:
         await complete(api, 1)
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(tmp_path)}}

@@ -12,6 +12,7 @@ import pytest
 from inference.weights_client import EngineWeightsClient, WeightsError
 from tests.conftest import free_port, stop_process_group
 from tests.integration.hosting import SimEngine, start_sim, wait_healthy
+from tests.model_folders import safetensors
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def sim(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[SimEngine]:
 async def test_an_update_through_the_client_is_read_back(sim: SimEngine, tmp_path: Path) -> None:
     checkpoint = tmp_path / "v7"
     checkpoint.mkdir()
-    (checkpoint / "model.safetensors").write_bytes(b"\0" * 8)
+    (checkpoint / "model.safetensors").write_bytes(safetensors())
     async with httpx.AsyncClient() as http:
         engine = EngineWeightsClient(http, f"{sim.url}/v1")  # the OpenAI base, as configured
         assert await engine.served_version() is None  # "default": its base weights

@@ -24,6 +24,28 @@ def test_a_model_folder_under_the_root_is_taken_resolved(tmp_path: Path) -> None
     assert check_checkpoint("ckpt/step-1", tmp_path) == folder.resolve()  # relative to the root
 
 
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (lambda whole: whole[:-3], "is cut short: "),
+        (lambda whole: whole[:5], "too short for a safetensors header"),
+        (lambda whole: (2**40).to_bytes(8, "little") + whole[8:], "is not safetensors (a header"),
+        (lambda whole: whole[:8] + b"{" * (len(whole) - 8), "its header is not JSON"),
+        (lambda whole: b"\x02" + bytes(7) + b"[]", "its header is not an object"),
+        (
+            lambda whole: b"\x0c" + bytes(7) + b'{"w": {}}   ',
+            "tensor 'w' has no byte range",
+        ),
+    ],
+)
+def test_a_weights_file_that_is_not_whole_safetensors_is_refused(
+    tmp_path: Path, content, reason: str
+) -> None:
+    weights = model_folder(tmp_path / "m") / "model.safetensors"
+    weights.write_bytes(content(weights.read_bytes()))
+    assert reason in refusal("m", tmp_path)
+
+
 def test_sharded_weights_need_every_shard_of_their_index(tmp_path: Path) -> None:
     folder = model_folder(tmp_path / "sharded", shards=3)
     assert check_checkpoint("sharded", tmp_path) == folder.resolve()

@@ -6,7 +6,8 @@ engines will load it by path (vLLM's ``reload_weights(weights_path=...)``), so t
 be a Hugging Face model folder in the format vLLM reads: a ``config.json`` and the weights as
 safetensors, one file or shards named by ``model.safetensors.index.json``. Anything else is
 refused here, with the reason, before any engine is touched: a half-written or mistyped
-checkpoint found by an engine mid-update would leave the pool on two versions.
+checkpoint found by an engine mid-update would leave the pool on two versions. Each weights
+file's header is read too, so a file cut short (a trainer killed while saving) is refused.
 
 The folder must be under the allowed root (the run's own folder, or
 ``PACER_CHECKPOINTS_DIR``): the one place web, workers and engines are set up to share, and
@@ -22,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path, PurePath
+
+from inference.safetensors_check import safetensors_problem
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -95,7 +98,9 @@ class _Model:
             if not shards:
                 raise self._refused(f"no weights: no *{WEIGHTS_SUFFIX} file, no {INDEX}")
         for shard in shards:
-            self._readable(shard)
+            problem = safetensors_problem(self._readable(shard))
+            if problem is not None:
+                raise self._refused(problem)
 
     def _shards(self, index: Path) -> list[str]:
         try:
