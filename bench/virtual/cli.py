@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -13,12 +14,18 @@ from bench.virtual.report import build_report, write_sensitivity
 from bench.virtual.run import run_workload
 from bench.virtual.sensitivity import sensitivity
 from bench.virtual.suite import sweep
-from bench.virtual.workload import load_workload, parse_workload
+from bench.virtual.workload import UPDATE_MODES, load_workload, parse_workload
 from workers.core.config.fields import ConfigError
 
 
 def _run(args: argparse.Namespace) -> None:
     workload = load_workload(args.workload)
+    if args.updates is not None:
+        if workload.training is None:
+            print(f"{args.workload}: --updates needs a [trainer] in the workload", file=sys.stderr)
+            raise SystemExit(2)
+        training = dataclasses.replace(workload.training, updates=args.updates)
+        workload = dataclasses.replace(workload, training=training)
     outcome = run_workload(workload, args.policy, seconds=args.seconds, start=args.start)
     figures = outcome.figures()
     if args.json:
@@ -70,6 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--policy", required=True, help="reference, pacer, gradient2 or fixed:N")
     run.add_argument("--seconds", type=float, default=None, help="virtual seconds to run")
     run.add_argument("--start", type=int, default=None, help="start cap (adaptive policies)")
+    run.add_argument(
+        "--updates", choices=UPDATE_MODES, default=None, help="the workload's [trainer] updates"
+    )
     run.add_argument("--json", action="store_true")
     run.set_defaults(handler=_run)
     sweep_ = commands.add_parser("sweep", help="the oracle: every fixed cap of the ladder")

@@ -47,6 +47,7 @@ class EngineShape:
     max_num_batched_tokens: int
     max_model_len: int
     answer_length: LengthDistribution | None  # the engine's own end-of-sequence lengths
+    reload_s: float = 0.0  # a weight reload's hold on the engine (workloads with a [trainer])
 
 
 @dataclass(slots=True)
@@ -94,7 +95,8 @@ class SimEngine:
             seed=self.seed,
         )
         self._seen = (0, 0, 0, 0)  # preemptions, prefix hits, prefix queries, generated
-        return VirtualEngine(Engine(config, shape.cost, shape.answer_length), start=start)
+        engine = Engine(config, shape.cost, shape.answer_length, reload_s=shape.reload_s)
+        return VirtualEngine(engine, start=start)
 
     @property
     def name(self) -> str:

@@ -19,6 +19,7 @@ from bench.virtual.engines import PrefillPool, SimEngine, VirtualClient, Waste
 from bench.virtual.events import apply_event
 from bench.virtual.outcome import RunOutcome, Sample
 from bench.virtual.tally import Tallied
+from bench.virtual.weights import VirtualTrainer, VirtualWeights
 from bench.virtual.workload import Workload
 from workers.core.clock import ManualClock
 from workers.core.config.run import RunConfig
@@ -143,6 +144,7 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
     async def poll() -> list[LoadSample]:
         return recorder.poll(clock.now())
 
+    training = workload.training
     orchestrator = Orchestrator(
         config,
         controller=config.concurrency.make_controller(),
@@ -152,6 +154,10 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
         writer=NoWriter(),
         max_model_len=lambda name: by_name[name].virtual.engine.config.max_model_len,
         on_episode=recorder.episode,
+        acks=None if training is None else VirtualTrainer(clock, training.train_s),
+        weights=None
+        if training is None
+        else {n: VirtualWeights(by_name[n], clock) for n in clients},
     )
     recorder.orchestrator = orchestrator
     driver = VirtualTime(clock, engines)
@@ -175,5 +181,5 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
         engine_runs=driver.engine_runs,
     )
     orchestrator.stop("benchmark horizon")
-    await task
+    await driver.wind_down(task)
     return outcome

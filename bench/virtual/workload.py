@@ -26,6 +26,7 @@ EVENT_KINDS = ("lengths", "engine_down", "engine_up", "eval_wave", "kv")
 COST_FIELDS = ("step_overhead_s", "per_batched_token_s", "per_seq_s", "per_context_token_s")
 RUN_KEYS = ("batch_size", "group_size", "max_off_policy_steps", "eval_every", "seed")
 MAX_SECONDS = 86_400.0  # a day of virtual time: far past any benchmark's use
+UPDATE_MODES = ("sync", "rolling")  # the run config's [trainer] updates
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,15 @@ class Event:
     kind: str
     factor: float  # lengths: answer-length multiplier; kv: KV-cache multiplier
     engines: tuple[int, ...]  # which engines (indices) it touches; every one when not named
+
+
+@dataclass(frozen=True, slots=True)
+class Training:
+    """A trainer in the loop: each step acknowledged ``train_s`` after it is written, with a
+    new checkpoint that every engine reloads (``updates``: sync or rolling)."""
+
+    updates: str
+    train_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +56,17 @@ class Workload:
     events: tuple[Event, ...]
     document: dict[str, Any]  # the run config's document, minus the concurrency table
     path: str
+    training: Training | None = None  # None: steps are done once written, weights never move
 
     def run_config(self, concurrency: dict[str, Any]) -> RunConfig:
         """The run config a benchmark run uses, with the policy's concurrency table."""
-        return parse_run_config({**self.document, "concurrency": concurrency})
+        document = {**self.document, "concurrency": concurrency}
+        if self.training is not None:
+            # The virtual trainer always answers: the timeout only has to exceed its time.
+            timeout = 10 * self.training.train_s + 60.0
+            trainer = {"mode": "external", "ack_timeout_s": timeout}
+            document["trainer"] = {**trainer, "updates": self.training.updates}
+        return parse_run_config(document)
 
     @property
     def serving(self) -> tuple[EngineShape, ...]:
@@ -86,6 +103,7 @@ def parse_workload(document: object, path: str = "<workload>") -> Workload:
         errors.add("engine", "at least one [[engine]] is required")
     envs = top.raw("env", [])
     events = [_event(table, len(engines), seconds or MAX_SECONDS) for table in top.tables("event")]
+    training = _training(top.table("trainer")) if top.has("trainer") else None
     top.finish()
     document_out = {
         "name": name or "workload",
@@ -109,7 +127,17 @@ def parse_workload(document: object, path: str = "<workload>") -> Workload:
         events=tuple(e for e in events if e is not None),
         document=document_out,
         path=path,
+        training=training,
     )
+
+
+def _training(table: Table) -> Training | None:
+    updates = table.string("updates", "sync", choices=UPDATE_MODES)
+    train_s = table.number("train_s", low=0.0, high=MAX_SECONDS)
+    table.finish()
+    if updates is None or train_s is None:
+        return None
+    return Training(updates, train_s)
 
 
 def _engines(table: Table) -> list[EngineShape]:
@@ -125,6 +153,7 @@ def _engines(table: Table) -> list[EngineShape]:
         "max_num_batched_tokens", preset.max_num_batched_tokens, low=1, high=1 << 24
     )
     model_len = table.integer("max_model_len", preset.max_model_len, low=2, high=1 << 24)
+    reload_s = table.number("reload_s", preset.reload_s, low=0.0, high=3600.0)
     costs = {f: table.number(f, getattr(preset.cost, f), low=0.0, high=10.0) for f in COST_FIELDS}
     answer = table.string("answer_length", None)
     table.finish()
@@ -136,7 +165,7 @@ def _engines(table: Table) -> list[EngineShape]:
             table.errors.add(join(table.path, "answer_length"), str(bad))
     if kv is not None and block is not None and kv < block:
         table.errors.add(join(table.path, "kv_tokens"), f"must hold one block ({block})")
-    if None in (count, role, kv, block, seqs, batched, model_len, *costs.values()):
+    if None in (count, role, kv, block, seqs, batched, model_len, reload_s, *costs.values()):
         return []
     try:
         cost = StepCost(**costs)
@@ -155,6 +184,7 @@ def _engines(table: Table) -> list[EngineShape]:
             max_num_batched_tokens=batched,
             max_model_len=min(model_len, kv),
             answer_length=length,
+            reload_s=reload_s,
         )
         for k in range(count)
     ]

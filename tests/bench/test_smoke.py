@@ -49,3 +49,16 @@ def test_a_run_is_deterministic() -> None:
         again.preemptions,
     )
     assert [s.cap for s in first.samples] == [16] * len(first.samples)
+
+
+def test_updates_in_the_loop_pause_the_engines_for_their_reload() -> None:
+    """A trainer in the loop: with a reload far longer than the run, sync updates stop every
+    engine after the first step, rolling ones only the engine reloading; without one (no
+    ``[trainer]``) the pool never stops."""
+    engine = {**SMALL["engine"][0], "count": 2, "reload_s": 1000.0}  # type: ignore[index]
+    updated = {**SMALL, "engine": [engine], "trainer": {"updates": "sync", "train_s": 1.0}}
+    free = run_workload(parse_workload({**SMALL, "engine": [engine]}), "pacer")
+    sync = run_workload(parse_workload(updated), "pacer")
+    rolling_document = {**updated, "trainer": {"updates": "rolling", "train_s": 1.0}}
+    rolling = run_workload(parse_workload(rolling_document), "pacer")
+    assert free.completed_tokens > rolling.completed_tokens > sync.completed_tokens > 0

@@ -21,7 +21,7 @@ GOOD: dict[str, object] = {
 
 def test_every_shipped_workload_reads() -> None:
     names = [load_workload(path).name for path in shipped_workloads()]
-    assert names == ["W1", "W2", "W3", "W4", "W5", "W6", "W7"]
+    assert names == ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8"]
 
 
 def test_a_workload_becomes_engines_and_a_run_config() -> None:
@@ -58,6 +58,9 @@ def test_disaggregated_engines_keep_their_roles_and_prefill_serves_nothing() -> 
         ({"event": [{"at_s": 999, "kind": "lengths"}]}, "event[0].at_s", "must be <= 60"),
         ({"event": [{"at_s": 5, "kind": "eval_wave"}]}, "event[0].kind", "needs an [[env]]"),
         ({"workload": {}}, "workload.name", "is required"),
+        ({"trainer": {"updates": "all", "train_s": 5}}, "trainer.updates", "must be one of"),
+        ({"trainer": {"updates": "sync"}}, "trainer.train_s", "is required"),
+        ({"engine": [{"reload_s": -1}]}, "engine[0].reload_s", "must be >= 0"),
     ],
 )
 def test_bad_fields_are_named(change: dict[str, object], path: str, message: str) -> None:
