@@ -20,6 +20,7 @@ import argparse
 import os
 import shutil
 import statistics
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -33,7 +34,12 @@ from bench.stack import ROOT, Stack, free_port, pacer_stack, wait_until
 POLL_S = 0.01  # how often every engine's /weight_info is read while waiting for a version
 VLLM_VENV = Path(os.environ.get("PACER_VLLM_VENV") or Path.home() / ".cache/pacer/vllm-venv")
 VLLM_STARTUP_S = 300.0  # about 30 s on a 2-core machine; the slack covers a busy one
-SIM_MODEL = {"config.json": '{"model_type": "llama"}', "model.safetensors": "\0" * 8}
+# What the simulator reloads: a config and a whole safetensors file of one small tensor.
+SIM_HEADER = b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}'
+SIM_MODEL = {
+    "config.json": b'{"model_type": "llama"}',
+    "model.safetensors": struct.pack("<Q", len(SIM_HEADER)) + SIM_HEADER + bytes(8),
+}
 
 
 def run_config(engine_urls: list[str], mode: str) -> dict[str, Any]:
@@ -94,8 +100,8 @@ def checkpoint(root: Path, version: int, model: Path | None) -> Path:
         shutil.copytree(model, folder)
         return folder
     folder.mkdir(parents=True)
-    for name, text in SIM_MODEL.items():
-        (folder / name).write_text(text)
+    for name, content in SIM_MODEL.items():
+        (folder / name).write_bytes(content)
     return folder
 
 
