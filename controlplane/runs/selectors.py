@@ -139,6 +139,7 @@ DECISION_COLUMNS = (
     "alert",
     "applied",
     "figures",
+    "engine",
     "override__id",
 )
 STEP_COLUMNS = (

@@ -49,6 +49,7 @@ def test_decisions_are_paged_oldest_first_by_cursor_with_every_field(
         "alert": False,
         "applied": True,
         "figures": {"kv_usage": 0.5},
+        "engine": "",
         "override": None,
     }
     ids = [d["id"] for d in page["results"]]
@@ -246,12 +247,12 @@ def test_decisions_export_as_streamed_csv_in_chunks(
     assert rows[0] == [
         "id", "run", "step", "at", "kind", "cause", "signal", "cap_before", "cap_after",
         "reason", "shed", "shadow_before", "shadow_after", "alert", "applied", "figures",
-        "override",
+        "engine", "override",
     ]  # fmt: skip
     assert [int(r[0]) for r in rows[1:]] == [d.pk for d in made]
     assert rows[1][3] == "2026-11-30T12:00:00+00:00"
     assert json.loads(rows[1][15]) == {"kv_usage": 0.5}
-    assert rows[4][16] != "" and rows[5][16] == ""
+    assert rows[4][17] != "" and rows[5][17] == ""
 
 
 def test_steps_and_decisions_export_as_streamed_json(
