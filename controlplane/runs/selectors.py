@@ -112,8 +112,11 @@ def override_get(run: Run, override_id: int) -> Override | None:
     return override_list(run).filter(pk=override_id).first()
 
 
-def step_list(run: Run) -> QuerySet[StepRecord]:
-    return StepRecord.objects.filter(run=run).order_by("step")
+def step_list(run: Run, *, after: int | None = None) -> QuerySet[StepRecord]:
+    steps = StepRecord.objects.filter(run=run)
+    if after is not None:
+        steps = steps.filter(step__gt=after)
+    return steps.order_by("step")
 
 
 def eval_list(run: Run) -> QuerySet[EvalRecord]:

@@ -187,6 +187,22 @@ def test_steps_are_listed_by_step(viewer_client: APIClient, run: Run) -> None:
     assert rows[0]["path"] == "/tmp/steps/000001" and rows[0]["acked_at"] is None
 
 
+def test_steps_after_a_step_are_the_rest_and_a_bad_after_is_a_400(
+    viewer_client: APIClient, run: Run
+) -> None:
+    # The run page reads only the steps it lacks after a live step event.
+    for step in (1, 2, 3):
+        make_step(run, step, version=step - 1)
+    url = f"/api/runs/{run.pk}/steps/"
+    rows = viewer_client.get(url, {"after": 1}).json()["results"]
+    assert [(r["step"], r["policy_version"]) for r in rows] == [(2, 1), (3, 2)]
+    assert {"reward_mean", "reward_std"} <= rows[0].keys()
+    assert viewer_client.get(url, {"after": 3}).json()["results"] == []
+    for bad in ("-1", "two", str(2**31)):
+        answer = viewer_client.get(url, {"after": bad})
+        assert answer.status_code == 400 and "after" in answer.json()["errors"], bad
+
+
 def test_an_ack_is_idempotent_and_refused_for_unwritten_steps_or_another_version(
     operator_client: APIClient, private_queue: str
 ) -> None:

@@ -85,6 +85,17 @@ class DecisionFilters(serializers.Serializer):
         return moment
 
 
+class StepFilters(serializers.Serializer):
+    # A step number is a PositiveIntegerField: at most 2**31 - 1 on every database.
+    after = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text="only the steps after this one: a page that has steps up to N reads the "
+        "rest with after=N",
+    )
+
+
 class SampleFilters(serializers.Serializer):
     engine = serializers.CharField(
         required=False, max_length=2000, help_text="comma-separated engine ids"

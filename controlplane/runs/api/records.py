@@ -17,7 +17,13 @@ from rest_framework.views import APIView
 
 from controlplane.runs import sample_series, selectors, services
 from controlplane.runs.api.export import export_response
-from controlplane.runs.api.inputs import AckInput, DecisionFilters, ExportFilters, SampleFilters
+from controlplane.runs.api.inputs import (
+    AckInput,
+    DecisionFilters,
+    ExportFilters,
+    SampleFilters,
+    StepFilters,
+)
 from controlplane.runs.api.pagination import ByStep, ByWave, OldestFirst
 from controlplane.runs.api.runs import (
     COMMAND_ERRORS,
@@ -109,10 +115,16 @@ class StepListApi(APIView):
     pagination_class = ByStep
 
     @extend_schema(
-        operation_id="runs_steps_list", responses={200: StepSerializer(many=True), **FILTER_ERRORS}
+        operation_id="runs_steps_list",
+        parameters=[StepFilters],
+        responses={200: StepSerializer(many=True), **FILTER_ERRORS},
     )
     def get(self, request: Request, run_id: int) -> Response:
-        return paginated(self, request, selectors.step_list(get_run(run_id)), StepSerializer)
+        run = get_run(run_id)
+        filters = StepFilters(data=request.query_params.dict())
+        filters.is_valid(raise_exception=True)
+        steps = selectors.step_list(run, after=filters.validated_data.get("after"))
+        return paginated(self, request, steps, StepSerializer)
 
 
 class StepAckApi(APIView):
