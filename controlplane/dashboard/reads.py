@@ -2,8 +2,9 @@
 of runs with each one's recent caps (the list's sparklines), the KV lines a run's policy
 trims and sheds at, the engines a run names, and the example configs.
 
-Every query here is bounded: the runs list costs one query for the page and one index range
-scan per run shown (``decision_run_at``, read backwards), whatever the runs' ages.
+Every query here is bounded: the runs list costs one query for the page (each run's latest
+reward a subquery in it, one row of the ``(run, step)`` unique index read backwards) and one
+index range scan per run shown (``decision_run_at``, read backwards), whatever the runs' ages.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
+from django.db.models import OuterRef, Subquery
 
-from controlplane.runs.models import Decision, Engine, Run
+from controlplane.runs.models import Decision, Engine, Run, StepRecord
 from workers.core.config.fields import ConfigError
 from workers.core.config.run import parse_run_config
 from workers.core.controller.policies.pacer import PacerConfig
@@ -39,7 +41,9 @@ class RunRow:
 
 
 def runs_page(number: str | int | None) -> tuple[Page, list[RunRow]]:
-    """One page of runs, newest first, each with its cap sparkline."""
+    """One page of runs, newest first, each with its cap sparkline and, as
+    ``latest_reward``, the mean reward of its newest step (None before its first)."""
+    newest_step = StepRecord.objects.filter(run=OuterRef("pk")).order_by("-step")
     runs = Run.objects.only(
         "id",
         "name",
@@ -53,7 +57,8 @@ def runs_page(number: str | int | None) -> tuple[Page, list[RunRow]]:
         "created_at",
         "finished_at",
         "config",
-    ).order_by("-created_at", "-id")
+    ).annotate(latest_reward=Subquery(newest_step.values("reward_mean")[:1]))
+    runs = runs.order_by("-created_at", "-id")
     page = Paginator(runs, RUNS_PER_PAGE).get_page(number)
     rows = [RunRow(run, _max_steps(run.config), cap_sparkline(run)) for run in page.object_list]
     return page, rows

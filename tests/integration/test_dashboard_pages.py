@@ -16,7 +16,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from controlplane.dashboard.reads import kv_lines
-from controlplane.runs.models import Decision, Engine, EngineSample, Run, RunState
+from controlplane.runs.models import Decision, Engine, EngineSample, Run, RunState, StepRecord
 from controlplane.runs.roles import grant
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -91,8 +91,17 @@ def test_the_runs_list_shows_each_runs_figures_and_the_new_run_button_to_operato
             cap_after=cap,
             reason="grow",
         )
+    for step, reward in (
+        (1, 0.1),
+        (3, 0.4124),
+        (2, 0.9),
+    ):  # the newest step's, not the last written
+        _step(run, step, reward).save()
+    quiet = Run.objects.create(name="no-steps-yet", config={}, state=RunState.QUEUED)
     operator_page = signed_in("operator").get("/").content.decode()
     assert "gsm8k-rollouts" in operator_page and 'id="new-run"' in operator_page
+    assert _reward_cell(operator_page, run) == "0.412"
+    assert _reward_cell(operator_page, quiet) == "\N{EN DASH}"
     assert "12 / 40" in operator_page and "96 / " in operator_page and "12.3k" in operator_page
     assert "database: ok" in operator_page and "redis: ok" in operator_page
     start = operator_page.index('<script id="sparklines" type="application/json">')
@@ -149,6 +158,21 @@ def test_kv_lines_fall_back_to_the_policys_defaults_for_a_config_that_does_not_p
     assert (kv_lines(legacy).trim, kv_lines(legacy).shed) == (0.8, 0.9)
 
 
+def _step(run: Run, step: int, reward: float) -> StepRecord:
+    at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=step)
+    return StepRecord(
+        run=run, step=step, started_at=at, written_at=at, seconds=1.0, policy_version=step - 1,
+        episodes=16, tokens=1000, reward_mean=reward, reward_std=0.1, generated_tokens=900,
+        finished_train=16, finished_eval=0, failed=0, cancelled=0, dropped_groups=0, cap=64,
+        inflight=60, path=f"/tmp/steps/{step:06d}",
+    )  # fmt: skip
+
+
+def _reward_cell(html: str, run: Run) -> str:
+    row = html[html.index(f'<tr data-run="{run.pk}">') :]
+    return row.split('<td class="num reward">', 1)[1].split("</td>", 1)[0]
+
+
 def _seed(runs: int, engines: int, polls: int, decisions: int) -> None:
     """Runs with the rows a live hour leaves: a sample per engine per poll, decisions."""
     start = datetime.now(UTC) - timedelta(hours=1)
@@ -200,6 +224,7 @@ def _seed(runs: int, engines: int, polls: int, decisions: int) -> None:
             )
             for n in range(decisions)
         )
+        StepRecord.objects.bulk_create(_step(run, n, 0.5) for n in range(1, run.step + 1))
 
 
 def test_the_runs_list_renders_ten_runs_of_four_engines_within_300_ms(
