@@ -277,6 +277,9 @@ class StepRecord(models.Model):
     cap = models.PositiveIntegerField()
     inflight = models.PositiveIntegerField()
     path = models.CharField(max_length=1000)
+    # Samples per policy version their oldest turn was sampled under, as the engines served
+    # it ({"3": 48, "2": 16}); in rolling weight updates part of a batch is a version behind.
+    sampled_versions = models.JSONField(default=dict, blank=True)
     # With trainer mode "external": when the trainer acknowledged it, its new version, and
     # the folder of that version's weights (resolved, checked loadable; empty: none sent).
     acked_at = models.DateTimeField(null=True, blank=True)

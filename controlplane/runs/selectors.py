@@ -165,6 +165,7 @@ STEP_COLUMNS = (
     "cap",
     "inflight",
     "path",
+    "sampled_versions",
     "acked_at",
     "acked_version",
     "acked_checkpoint",

@@ -59,6 +59,10 @@ class LoadSample:
     prefix_cache_queries: int  # prefix-cache queried tokens since the previous poll
     generation_tokens: int  # tokens generated since the previous poll
     restarted: bool = False  # restarted since the previous poll (created stamps, counters)
+    # Paused by the run for a weight update, or just resumed from one (the run's relay says
+    # so, not the monitor): its numbers describe a pause and a cold cache, not a load, so
+    # the controller leaves them out, and counts the engine as neither stale nor idle.
+    updating: bool = False
 
     @property
     def endpoint(self) -> str:

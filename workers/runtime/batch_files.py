@@ -7,10 +7,16 @@
 
 ``batch.pt`` holds ``token_ids``, ``loss_mask`` and ``logprobs`` as [samples, longest]
 tensors padded on the right (``lengths`` gives each sample's own), and ``advantages``,
-``rewards`` and ``policy_version`` per sample. A step is written into a temporary folder and
-renamed into place: a reader (a trainer, a resumed run) sees a step whole or not at all, and
-a step already there is never written again. The writer's ``fence`` is called right before
-the rename: a host whose tenure ended while it was writing leaves no step behind.
+``rewards`` and ``policy_version`` per sample: the oldest version any of its turns was
+sampled under, as its engine served it (with weights relayed; else the trainer's version
+when its group was dispatched), which is what an importance ratio must be taken against.
+``turn_versions`` [samples, most turns] has each turn's version, -1 past a sample's last
+turn. ``samples.jsonl`` has the same per sample, and ``dispatch_version``.
+
+A step is written into a temporary folder and renamed into place: a reader (a trainer, a
+resumed run) sees a step whole or not at all, and a step already there is never written
+again. The writer's ``fence`` is called right before the rename: a host whose tenure ended
+while it was writing leaves no step behind.
 """
 
 from __future__ import annotations
@@ -99,8 +105,19 @@ def batch_tensors(batch: Batch) -> dict[str, torch.Tensor | int]:
         "lengths": torch.tensor([len(s.episode.token_ids) for s in samples], dtype=torch.int64),
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
         "rewards": torch.tensor([s.episode.reward for s in samples], dtype=torch.float32),
-        "policy_version": torch.tensor([s.policy_version for s in samples], dtype=torch.int64),
+        "policy_version": torch.tensor([s.sampled_version for s in samples], dtype=torch.int64),
+        "turn_versions": _turn_versions(samples),
     }
+
+
+def _turn_versions(samples: tuple[Sample, ...]) -> torch.Tensor:
+    """Each sample's per-turn versions, padded with -1; its dispatch version for a sample
+    whose turns carry none."""
+    rows = [s.episode.turn_versions or (s.policy_version,) for s in samples]
+    table = torch.full((len(rows), max(len(r) for r in rows)), -1, dtype=torch.int64)
+    for index, row in enumerate(rows):
+        table[index, : len(row)] = torch.tensor(row, dtype=torch.int64)
+    return table
 
 
 def sample_record(batch: Batch, sample: Sample) -> dict[str, object]:
@@ -111,7 +128,9 @@ def sample_record(batch: Batch, sample: Sample) -> dict[str, object]:
         "index": sample.index,
         "env": sample.env,
         "engine": sample.engine,
-        "policy_version": sample.policy_version,
+        "policy_version": sample.sampled_version,
+        "turn_versions": list(episode.turn_versions),
+        "dispatch_version": sample.policy_version,
         "reward": episode.reward,
         "advantage": sample.advantage,
         "length": len(episode.token_ids),

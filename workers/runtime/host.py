@@ -292,7 +292,10 @@ class Host:
             )
             poll.cap = lambda: orchestrator.loop.dispatcher.cap
             poll.on_poll = lambda result: reporter.poll(
-                result, self._live(controller, result), self._inflight_by_engine()
+                result,
+                self._live(controller, result),
+                self._inflight_by_engine(),
+                orchestrator.weights_by_engine(),
             )
             commands = Commands(
                 run_id=self.run_id,

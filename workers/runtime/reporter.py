@@ -25,7 +25,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -141,10 +141,16 @@ class RunReporter:
     # -- the host's own reports -------------------------------------------------------------
 
     def poll(
-        self, result: PollResult, live: dict[str, Any], inflight: dict[str, tuple[int, int]]
+        self,
+        result: PollResult,
+        live: dict[str, Any],
+        inflight: dict[str, tuple[int, int]],
+        weights: Mapping[str, tuple[int | None, bool]] | None = None,
     ) -> None:
-        """One poll of the engines, the run's live figures at it, and its episodes in flight
-        on each engine (train, eval), which go with the engine's first rank."""
+        """One poll of the engines, the run's live figures at it, its episodes in flight on
+        each engine (train, eval), which go with the engine's first rank, and, when the run
+        relays weights, each engine's served version (None before the run knows it) and
+        whether it is updating now, for the dashboard's engine table."""
         at = self.wall(result.at)
         engines = []
         counted: set[str] = set()
@@ -165,6 +171,7 @@ class RunReporter:
                     **_engine_event(sample, interval, staleness),
                     "inflight_train": train,
                     "inflight_eval": eval_,
+                    **_weights_event(sample.endpoint, weights),
                 }
             )
         self._trim()
@@ -398,6 +405,15 @@ def _engine_event(sample: LoadSample, interval: float | None, staleness: float) 
         "prefix_hit_rate": sample.prefix_cache_hits / queries if queries else None,
         "restarted": sample.restarted,
     }
+
+
+def _weights_event(
+    endpoint: str, weights: Mapping[str, tuple[int | None, bool]] | None
+) -> dict[str, Any]:
+    """The engine's served version and whether it is updating; None and False for a run
+    that relays no weights (its engines' version is only the trainer's word)."""
+    version, updating = (None, False) if weights is None else weights.get(endpoint, (None, False))
+    return {"weight_version": version, "updating": updating}
 
 
 def _decision_event(run_id: int, pending: _PendingDecision, row_id: int) -> dict[str, Any]:

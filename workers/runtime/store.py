@@ -187,6 +187,7 @@ def step_fields(report: StepReport, started: datetime, written: datetime) -> dic
         "cap": report.cap,
         "inflight": report.inflight,
         "path": report.path,
+        "sampled_versions": report.sampled_versions,
     }
 
 
@@ -359,10 +360,23 @@ def recover_steps(run_id: int, owner: str, steps_dir: Path, written: Iterable[in
     return last
 
 
+def _defaulted(field: dataclasses.Field[Any]) -> bool:
+    return (
+        field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
+    )
+
+
 def _stored_report(folder: Path) -> tuple[StepReport, datetime, datetime]:
     path = folder / REPORT
     stored = json.loads(path.read_text())
-    report = StepReport(**{f.name: stored[f.name] for f in dataclasses.fields(StepReport)})
+    # A report written before a field existed gives that field's default.
+    report = StepReport(
+        **{
+            f.name: stored[f.name]
+            for f in dataclasses.fields(StepReport)
+            if f.name in stored or not _defaulted(f)
+        }
+    )
     written = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     return (
         dataclasses.replace(report, path=str(folder)),

@@ -26,6 +26,7 @@ def sample(
     capacity: int | None = 100_000,
     max_model_len: int | None = 1_000,
     restarted: bool = False,
+    updating: bool = False,
 ) -> LoadSample:
     return LoadSample(
         engine_id=engine_id,
@@ -43,6 +44,7 @@ def sample(
         prefix_cache_queries=queries,
         generation_tokens=tokens,
         restarted=restarted,
+        updating=updating,
     )
 
 

@@ -23,6 +23,7 @@ class Engine:
         self.paused = False
         self.version: int | None = None
         self.fail_reload = ""
+        self.down = False
 
     def _note(self, what: str) -> None:
         self.log.append((self.clock.now(), self.name, what))
@@ -44,6 +45,15 @@ class Engine:
     async def resume(self) -> None:
         self.paused = False
         self._note("resume")
+
+    async def served_version(self) -> int | None:
+        if self.down:
+            raise ConnectionError(f"{self.name} is down")
+        return self.version
+
+    def restart(self) -> None:
+        """The engine's process started again: on its base weights."""
+        self.version, self.paused = None, False
 
 
 class Routing:
@@ -131,3 +141,121 @@ async def test_an_engine_that_fails_to_reload_keeps_its_version_and_is_resumed()
 def test_rolling_updates_need_routing() -> None:
     with pytest.raises(ValueError, match="routing"):
         Relay({}, ManualClock(), mode=UpdateMode.ROLLING)
+
+
+async def test_a_rolling_update_records_each_engine_as_it_resumes() -> None:
+    """The turns an engine serves after its resume carry the new version while the engines
+    still to come carry the old one; the controller is told which engine is paused."""
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    relay = Relay(
+        pool,
+        clock,
+        mode=UpdateMode.ROLLING,
+        routing=Routing(log, clock),
+        served=dict.fromkeys(pool, 4),
+    )
+    task = asyncio.ensure_future(relay.update(5, "/ckpt/v5"))
+    seen: list[tuple[dict[str, int], set[str]]] = []
+    while not task.done():
+        for _ in range(20):
+            await asyncio.sleep(0)
+        seen.append((dict(relay.served), set(relay.updating)))
+        clock.advance(0.5)
+    assert ({"e0": 5, "e1": 4, "e2": 4}, {"e1"}) in seen
+    assert ({"e0": 5, "e1": 5, "e2": 4}, {"e2"}) in seen
+    assert all(len(updating) <= 1 for _, updating in seen)
+    assert not relay.updating and set(relay.resumed_at) == set(pool)
+    assert relay.target == (5, "/ckpt/v5")
+
+
+async def test_a_version_that_does_not_read_back_is_not_recorded() -> None:
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    relay = Relay(pool, clock, served=dict.fromkeys(pool, 1))
+
+    async def forgets(version: int) -> None:  # the label never sticks
+        pool["e2"].version = 1
+
+    pool["e2"].set_version = forgets  # type: ignore[method-assign]
+    decisions = await run_update(relay, clock, 2)
+    assert relay.served == {"e0": 2, "e1": 2, "e2": 1}
+    failed = next(d for d in decisions if d.figures["engine"] == "e2")
+    assert failed.alert and "it reads back version 1" in failed.reason
+
+
+async def run_check(relay: Relay, clock: ManualClock) -> tuple:
+    task = asyncio.ensure_future(relay.check())
+    while not task.done():
+        for _ in range(20):
+            await asyncio.sleep(0)
+        if not task.done():
+            clock.advance(0.5)
+    return task.result()
+
+
+async def test_a_check_pushes_the_current_weights_again_to_an_engine_that_restarted() -> None:
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    routing = Routing(log, clock)
+    relay = Relay(pool, clock, routing=routing)
+    await run_update(relay, clock, 3)
+    assert await run_check(relay, clock) == ()  # every engine serves what the record says
+    pool["e1"].restart()
+    pool["e2"].down = True  # down: not answering, left to the monitor
+    task = asyncio.ensure_future(relay.check())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert relay.served["e1"] == 0 and "e1" in routing.held  # base weights, on record at once
+    while not task.done():
+        clock.advance(0.5)
+        for _ in range(20):
+            await asyncio.sleep(0)
+    (decision,) = task.result()
+    assert pool["e1"].version == 3 and relay.served == {"e0": 3, "e1": 3, "e2": 3}
+    assert not routing.held and not pool["e1"].paused
+    assert decision.kind is DecisionKind.WEIGHTS and not decision.alert
+    assert decision.reason == (
+        "e1 came back on its base weights: version 3 pushed again after 2.0 s (version check)"
+    )
+    assert (decision.figures["version"], decision.figures["target"]) == (3, 3)
+
+
+async def test_a_check_leaves_an_engine_that_failed_its_update_as_it_is() -> None:
+    """Its version agrees with its record: pushing the same checkpoint again every check
+    would repeat the failure (an alert every WEIGHTS_CHECK_S) and pause it for nothing."""
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    relay = Relay(pool, clock)
+    pool["e0"].fail_reload = "no space left on device"
+    await run_update(relay, clock, 2)
+    assert relay.served == {"e0": 0, "e1": 2, "e2": 2}
+    reloads = sum(1 for _, _, what in log if what.startswith("reload"))
+    assert await run_check(relay, clock) == ()
+    assert sum(1 for _, _, what in log if what.startswith("reload")) == reloads
+
+
+async def test_a_new_host_brings_an_engine_on_other_weights_to_the_run_s_version() -> None:
+    """A takeover: the record is empty, the run's last acknowledgement is the target."""
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    pool["e0"].version, pool["e1"].version = 7, 6
+    relay = Relay(pool, clock, target=(7, "/ckpt/v7"))
+    decisions = await run_check(relay, clock)
+    assert relay.served == {"e0": 7, "e1": 7, "e2": 7}
+    assert sorted(d.figures["engine"] for d in decisions) == ["e1", "e2"]
+    assert "e1 served version 6, not 7: version 7 pushed again" in decisions[0].reason
+
+
+async def test_a_suspect_is_on_its_base_weights_until_a_check_reads_it() -> None:
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    relay = Relay(pool, clock)
+    await run_update(relay, clock, 3)
+    pool["e0"].restart()
+    relay.suspect("e0")
+    relay.suspect("e1")  # came back up on the weights it had: a network blip
+    assert relay.served == {"e0": 0, "e1": 0, "e2": 3}
+    (decision,) = await run_check(relay, clock)
+    assert decision.figures["engine"] == "e0" and "came back on its base weights" in decision.reason
+    assert relay.served == {"e0": 3, "e1": 3, "e2": 3}

@@ -49,6 +49,9 @@ class Controller:
     - Stale metrics (``Freshness``): with no fresh engine nothing is decided; with a stale one
       the poll is incomplete: it never reads clear, grows nothing and releases no drain; with
       no complete poll for ``poll_ttl`` seconds, growth freezes. Alerts.
+    - Weight updates (``LoadSample.updating``): an engine paused by the run's relay, or just
+      resumed, gives no numbers and is not stale; a poll whose only silent engines are
+      updating decides nothing and restarts the stall clock instead of freezing.
     - Operator commands: ``pin(cap, ttl)`` holds the real cap until ``release`` or the TTL
       while the policy runs on in the shadow, which grows only on evidence; ``set(cap)`` moves
       the cap once and ends a pin.
@@ -139,6 +142,9 @@ class Controller:
             out += self._bootstrap(poll, now)
         if poll.blind:
             self._reading, self._growth = None, 1.0
+            if poll.paused:
+                self._freshness.paused(now)
+                return out
             if not self._freshness.freeze():
                 return out
             detail = f"no engine gave fresh metrics ({poll.stale} stale, {poll.down} down)"

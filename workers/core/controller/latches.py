@@ -125,6 +125,13 @@ class Freshness:
         self.frozen = False
         return thawed
 
+    def paused(self, now: float) -> None:
+        """A poll of a pool paused for a weight update: no numbers, and none missing. The
+        stall clock restarts (a freeze in force stays); growth still waits for a complete
+        poll, so the first completions after the resume cannot grow on the pause's reading."""
+        if not self.frozen:
+            self.since = now
+
     def stalled(self, now: float) -> bool:
         """Whether the TTL passed without a complete poll and no freeze has reported it yet."""
         since = self.since

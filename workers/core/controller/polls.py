@@ -3,7 +3,9 @@
 Overload figures come from fresh decode and unified engines only: a prefill engine's queue is
 normal flow, and a stale engine's numbers are old. Stale engines are counted, so that a poll
 with one of them is known to be incomplete and never reads as clear; down engines have left the
-pool and count for nothing, not even capacity.
+pool and count for nothing, not even capacity. Engines updating their weights (paused by the
+run, or just resumed) stay in the pool's capacity but give no numbers: their empty batch is no
+sign of room, their scrape failing no sign of staleness, their cold prefix cache no eviction.
 """
 
 from __future__ import annotations
@@ -36,16 +38,20 @@ class PollSummary:
     max_model_len: int | None  # the longest among engines in the pool that report it
     restarted: frozenset[str]  # engines that restarted since the previous poll
     unready: frozenset[str]  # engines not yet up with KV capacity and max model length known
+    updating: frozenset[str] = frozenset()  # decode/unified engines updating their weights
 
     @classmethod
     def from_samples(cls, samples: Iterable[LoadSample], at: float) -> PollSummary:
         """Reduce one poll; malformed samples raise ValueError before anything is counted."""
-        readers = [s for s in samples if s.reads_overload]
-        _check(readers)
+        every = [s for s in samples if s.reads_overload]
+        _check(every)
+        updating = [s for s in every if s.updating]
+        readers = [s for s in every if not s.updating]
         fresh = [s for s in readers if s.health is EngineHealth.UP]
         in_pool = [s for s in readers if s.health is not EngineHealth.DOWN]
-        capacities = [s.kv_capacity_tokens for s in in_pool if s.kv_capacity_tokens]
-        lengths = [s.max_model_len for s in in_pool if s.max_model_len]
+        holding = in_pool + updating  # the pool's capacity, paused or not
+        capacities = [s.kv_capacity_tokens for s in holding if s.kv_capacity_tokens]
+        lengths = [s.max_model_len for s in holding if s.max_model_len]
         return cls(
             at=at,
             fresh=len(fresh),
@@ -64,6 +70,7 @@ class PollSummary:
             max_model_len=max(lengths) if lengths else None,
             restarted=frozenset(s.engine_id for s in readers if s.restarted),
             unready=frozenset(s.engine_id for s in readers if not _ready(s)),
+            updating=frozenset(s.engine_id for s in updating),
         )
 
     @property
@@ -78,6 +85,12 @@ class PollSummary:
         return self.fresh == 0
 
     @property
+    def paused(self) -> bool:
+        """Blind only because every engine that gave no fresh numbers is updating its
+        weights: the pool stands still on purpose, which is not staleness."""
+        return self.blind and bool(self.updating) and self.stale == 0
+
+    @property
     def complete(self) -> bool:
         """Every engine of the pool gave fresh numbers: the poll may justify growth."""
         return self.fresh > 0 and self.stale == 0
@@ -85,8 +98,10 @@ class PollSummary:
     @property
     def whole(self) -> bool:
         """Complete, and every delta covers the whole interval: an engine that restarted
-        reports zero deltas for it, which is not a signal but is not a measurement either."""
-        return self.complete and not self.restarted
+        reports zero deltas for it, which is not a signal but is not a measurement either;
+        nor is a pool with an engine paused for an update, which generates nothing for a
+        while (so the throughput probe's turnover epochs leave the pause out)."""
+        return self.complete and not self.restarted and not self.updating
 
     @property
     def engine_requests(self) -> int:

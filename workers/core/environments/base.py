@@ -22,7 +22,7 @@ what keeps a multi-turn context's prefix cached on the engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
@@ -86,6 +86,9 @@ class Episode:
     reward: float
     turns: int
     metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # The policy version each turn was sampled under, as its engine served it (empty when the
+    # session was given no way to know): a multi-turn episode can straddle a weight update.
+    turn_versions: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not len(self.token_ids) == len(self.loss_mask) == len(self.logprobs):
@@ -115,7 +118,11 @@ class Session:
         seed: int,
         clock: Clock,
         max_model_len: int | None = None,
+        version: Callable[[], int] | None = None,
     ) -> None:
+        """``version`` says which policy version the engine serves now (the relay's record
+        of it); each turn is tagged with the older of its readings before and after the
+        turn, since a turn paused by a weight update is sampled partly under each."""
         self._engine = engine
         self._sampling = sampling
         self._seed = seed
@@ -124,6 +131,8 @@ class Session:
         self._ids: list[int] = []
         self._mask: list[bool] = []
         self._logprobs: list[float] = []
+        self._version = version
+        self._versions: list[int] = []
         self.turns = 0
 
     @property
@@ -171,6 +180,7 @@ class Session:
             seed=(self._seed * _TURN_STRIDE + self.turns) % _SEED_MODULUS,
             return_token_ids=True,
         )
+        before = None if self._version is None else self._version()
         result = await self._engine.complete(turn)
         if not result.ok:
             raise EpisodeError(f"turn {self.turns + 1} failed: {result.error}")
@@ -183,6 +193,8 @@ class Session:
                 f"{len(logprobs)} logprobs"
             )
         self._append(result.token_ids, sampled=logprobs or (0.0,) * len(result.token_ids))
+        if self._version is not None and before is not None:
+            self._versions.append(min(before, self._version()))
         self.turns += 1
         return Answer(result.text, result.token_ids, result.finish_reason)
 
@@ -201,6 +213,7 @@ class Session:
             reward=float(reward),
             turns=self.turns,
             metadata=metadata,
+            turn_versions=tuple(self._versions),
         )
 
     async def _tokenize(self, text: str, special: bool, limit: int | None) -> tuple[int, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from workers.core.environments.base import Episode
 
@@ -20,9 +20,15 @@ class Sample:
     index: int  # position in its group
     env: str
     engine: str
-    policy_version: int  # the version it was sampled with
+    policy_version: int  # the trainer's version when its group was dispatched
     episode: Episode
     advantage: float
+
+    @property
+    def sampled_version(self) -> int:
+        """The oldest version any of its turns was sampled under, as the engines served
+        them; the dispatch version when the turns carry none (no weights are relayed)."""
+        return min(self.episode.turn_versions, default=self.policy_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,9 @@ class StepReport:
     cap: int
     inflight: int
     path: str  # where the batch was written
+    # Samples per policy version their oldest turn was sampled under ({"3": 48, "2": 16}):
+    # in rolling updates part of a batch is a version behind, and this says how much.
+    sampled_versions: dict[str, int] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:

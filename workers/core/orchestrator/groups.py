@@ -108,6 +108,20 @@ class GroupBook:
         self.ready.append(scored)
         return Ended(completed_group=scored)
 
+    def drop_behind(self, oldest: int) -> list[str]:
+        """Scored groups with a turn sampled under a version older than ``oldest`` (the
+        off-policy bound, on the versions the engines served): dropped from the ready ones;
+        their ids."""
+        kept: deque[tuple[Sample, ...]] = deque()
+        dropped: list[str] = []
+        for group in self.ready:
+            if min(sample.sampled_version for sample in group) < oldest:
+                dropped.append(group[0].group_id)
+            else:
+                kept.append(group)
+        self.ready = kept
+        return dropped
+
     def take(self, episodes: int) -> list[Sample]:
         """Whole groups, oldest first, up to ``episodes`` samples (ready holds enough)."""
         taken: list[Sample] = []

@@ -9,7 +9,15 @@ together), scores whole groups (group-normalised advantages), writes a step once
 is attached (``trainer.mode = "none"``), or when the trainer acknowledges the step
 (``external``, within ``ack_timeout_s``). Generation runs ahead of the trainer by at most two
 batches; the dispatcher drops groups that fall more than ``max_off_policy_steps`` versions
-behind.
+behind, and no scored group is kept whose oldest turn was sampled further behind than that
+(on the version its engine served, the relay's record, which every turn is tagged with).
+
+With weights relayed (a trainer sending checkpoints), the engines' versions are checked too:
+a poll that says an engine restarted or came back up, and every ``WEIGHTS_CHECK_S``, reads
+them back, and an engine that lost the current weights gets them again. The controller is
+told which engines are paused for an update, and for ``UPDATE_SETTLE_POLLS`` polls after it
+(``LoadSample.updating``): a paused engine is neither stale nor idle, and its cold cache is
+no eviction.
 
 Everything it touches is injected: the controller and the engine poll (through the control
 loop), one engine client per engine, the clock, the batch writer, the trainer's
@@ -24,8 +32,10 @@ virtual time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -45,10 +55,17 @@ from workers.core.orchestrator.ports import (
     QuietReporter,
     RunReporter,
 )
-from workers.core.orchestrator.relay import EngineWeights, Relay, UpdateMode
+from workers.core.orchestrator.relay import (
+    UPDATE_SETTLE_POLLS,
+    WEIGHTS_CHECK_S,
+    EngineWeights,
+    Relay,
+    UpdateMode,
+)
 from workers.core.orchestrator.steps import StepTally
 from workers.core.orchestrator.trainer import RunFailed, acknowledged
 from workers.core.orchestrator.waves import derive_seed, wave_decision, wave_groups, wave_report
+from workers.core.samples import EngineHealth, LoadSample
 
 logger = logging.getLogger(__name__)
 
@@ -125,9 +142,10 @@ class Orchestrator:
         self._train = [
             (label, env) for label, env in self._envs.items() if env.kind is EpisodeKind.TRAIN
         ]
+        self._poll = poll
         self._loop: ControlLoop[EpisodeSpec, Episode] = ControlLoop(
             controller=controller,
-            poll=poll,
+            poll=self._polled,
             run_episode=self._run_episode,
             clock=clock,
             engines=list(self._engines),
@@ -148,6 +166,8 @@ class Orchestrator:
                 loop_state=self._loop_state,
             )
         )
+        if self._relay is not None and start.checkpoint is not None:
+            self._relay.target = (start.policy_version, start.checkpoint)
         self._book = GroupBook()
         self._step = start.step
         self._version = start.policy_version
@@ -161,6 +181,11 @@ class Orchestrator:
         self._failure: str | None = None  # why the run cannot go on (no engine usable)
         self._changed = asyncio.Event()
         self._tally = StepTally(clock.now())
+        self._check_now = asyncio.Event()  # a poll saw an engine restart: check versions
+        self._health: dict[str, EngineHealth] = {}  # each engine's health at the last poll
+        self._settling: dict[str, int] = {}  # polls left to mark after each engine's resume
+        self._resumes_seen: dict[str, float] = {}
+        self._held_for_check: set[str] = set()  # engines out of routing until checked
 
     @property
     def loop(self) -> ControlLoop[EpisodeSpec, Episode]:
@@ -181,6 +206,14 @@ class Orchestrator:
         acknowledgement named it: what the engines are to serve. None for their own weights
         (no trainer, or one that sends no weights back)."""
         return self._checkpoint
+
+    def weights_by_engine(self) -> dict[str, tuple[int | None, bool]] | None:
+        """Each engine's served version on the relay's record (None until the run knows it)
+        and whether it is updating now; None when the run relays no weights."""
+        relay = self._relay
+        if relay is None:
+            return None
+        return {e: (relay.served.get(e), e in relay.updating) for e in self._engines}
 
     @property
     def waves(self) -> int:
@@ -206,6 +239,7 @@ class Orchestrator:
         written = self._writer.written_steps()
         self._step = max(self._step, max(written, default=0))
         self._tally = StepTally(self._clock.now())
+        checking = None if self._relay is None else asyncio.ensure_future(self._check_weights())
         try:
             async with self._loop:
                 self._accepting = True
@@ -218,6 +252,11 @@ class Orchestrator:
                     self._accepting = False
         except RunFailed as failed:
             return RunResult(RunOutcome.FAILED, str(failed), self._step, self._version)
+        finally:
+            if checking is not None:
+                checking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await checking
         return RunResult(outcome, reason, self._step, self._version)
 
     # -- steps -----------------------------------------------------------------------------
@@ -310,7 +349,85 @@ class Orchestrator:
         self._version, self._checkpoint = ack.version, ack.checkpoint
         dropped = self._loop.dispatcher.advance_policy(ack.version)
         self._book.forget(dropped)
-        self._tally.dropped_groups += len(dropped)
+        self._tally.dropped_groups += len(dropped) + len(self._drop_behind())
+
+    def _drop_behind(self) -> list[str]:
+        """Scored groups whose oldest turn is further behind the policy than the bound."""
+        oldest = self._version - self.config.dispatcher.max_off_policy_steps
+        return self._book.drop_behind(oldest)
+
+    def _served(self, engine: str, dispatched: int) -> int:
+        """The version ``engine`` serves on the relay's record; the version its group was
+        dispatched under while the run has relayed no weights to it (then only the trainer's
+        word says what the engines serve)."""
+        version = None if self._relay is None else self._relay.served.get(engine)
+        return dispatched if version is None else version
+
+    # -- weights and the controller --------------------------------------------------------
+
+    async def _polled(self) -> Sequence[LoadSample]:
+        """The engines' poll, with what the relay knows put in: engines paused for an update
+        (or just resumed from one) marked ``updating``; an engine that restarted or came back
+        up since the last poll gets its version checked now."""
+        samples = await self._poll()
+        relay = self._relay
+        if relay is None:
+            return samples
+        for name, at in relay.resumed_at.items():
+            if self._resumes_seen.get(name) != at:
+                self._resumes_seen[name] = at
+                self._settling[name] = UPDATE_SETTLE_POLLS
+        marked = {
+            name
+            for name in self._engines
+            if name in relay.updating or self._settling.get(name, 0) > 0
+        }
+        for name in marked - relay.updating:
+            self._settling[name] -= 1
+        for sample in samples:
+            before = self._health.get(sample.endpoint)
+            self._health[sample.endpoint] = sample.health
+            if sample.restarted or (
+                before is EngineHealth.DOWN and sample.health is EngineHealth.UP
+            ):
+                self._suspect(sample.endpoint)
+        return [
+            dataclasses.replace(s, updating=True) if s.endpoint in marked else s for s in samples
+        ]
+
+    def _suspect(self, engine: str) -> None:
+        """An engine that restarted, or came back up, may be on its base weights: on record
+        as such until a check reads its version (a turn is never tagged newer than it may
+        be), and out of routing until then, so no new group samples from weights it lost."""
+        relay = self._relay
+        if relay is None or engine not in relay.served or engine in relay.updating:
+            return  # no version of the run's was ever pushed to it: nothing to lose
+        relay.suspect(engine)
+        self._loop.dispatcher.hold(engine)
+        self._held_for_check.add(engine)
+        self._check_now.set()
+
+    async def _check_weights(self) -> None:
+        """Read the engines' versions back every ``WEIGHTS_CHECK_S``, or at once when a poll
+        saw a restart, and bring back an engine that lost the current weights."""
+        assert self._relay is not None
+        self._check_now.set()  # at the start too: a new host finds the engines as they are
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(WEIGHTS_CHECK_S):
+                    await self._check_now.wait()
+            self._check_now.clear()
+            held, self._held_for_check = self._held_for_check, set()
+            try:
+                decisions = await self._relay.check()
+            except Exception:  # a check that failed is tried again at the next one
+                logger.exception("orchestrator: the engines' versions could not be checked")
+                decisions = ()
+            finally:
+                for engine in held:
+                    self._loop.dispatcher.release(engine)
+            if decisions:
+                self._reporter.decisions(decisions)
 
     def _fail(self, reason: str) -> None:
         """The control loop's word that the run cannot go on: the wait for the next batch
@@ -423,6 +540,7 @@ class Orchestrator:
             seed=spec.seed,
             clock=self._clock,
             max_model_len=self._max_model_len(engine_id),
+            version=lambda: self._served(engine_id, ticket.policy_version),
         )
         return await env.environment.run(session, spec.task_seed)
 
@@ -436,6 +554,7 @@ class Orchestrator:
             tally.dropped_groups += 1
             self._loop.dispatcher.drop(ended.broken_group)
         if ended.completed_group:
+            self._tally.dropped_groups += len(self._drop_behind())
             self._changed.set()
         if ended.wave is not None:
             self._reporter.eval(wave_report(ended.wave, now=self._clock.now()))

@@ -16,8 +16,12 @@ many engines do that at once:
 
 An engine that fails to reload keeps its version on record (the run says why, an alert) and is
 resumed: the relay never leaves an engine paused, and never records a version an engine did
-not confirm. The relay is plain asyncio over an injected client per engine and an injected
-clock, so it runs in a worker, a test and virtual time alike.
+not confirm: after each update it reads the version back (``/weight_info``). An engine that
+restarted comes back on its base weights; ``check`` reads every engine's version, records what
+it found (base weights are version ``BASE_VERSION``, which the episodes it served are tagged
+with) and pushes the current checkpoint again to an engine that lost it. The relay is plain
+asyncio over an injected client per engine and an injected clock, so it runs in a worker, a
+test and virtual time alike.
 """
 
 from __future__ import annotations
@@ -31,6 +35,16 @@ from typing import Protocol
 
 from workers.core.clock import Clock
 from workers.core.decisions import Cause, Decision, DecisionKind, Signal
+
+BASE_VERSION = 0  # what an engine on the weights it was started with serves: the run's start
+# A restart between two polls is seen at the next poll; an engine whose restart no poll
+# caught (its counters kept their stamps) is found by reading versions this often: two poll
+# periods of 5 s, so such an engine serves its base weights for 10 s at most.
+WEIGHTS_CHECK_S = 10.0
+# Polls after a resume whose numbers say nothing about load: the first spans the pause (its
+# preemptions are the pause's own, the frozen batch recomputed), the next the cold prefix
+# cache's first turns, which miss however full the engine is.
+UPDATE_SETTLE_POLLS = 2
 
 
 class UpdateMode(StrEnum):
@@ -48,6 +62,8 @@ class EngineWeights(Protocol):
     async def reload(self, checkpoint: str) -> None: ...
     async def set_version(self, version: int) -> None: ...
     async def resume(self) -> None: ...
+    async def served_version(self) -> int | None:
+        """The version the engine says it serves; None on its base weights."""
 
 
 class Routing(Protocol):
@@ -73,40 +89,102 @@ class Relay:
     clock: Clock
     mode: UpdateMode = UpdateMode.SYNC
     routing: Routing | None = None  # needed in rolling mode
-    # The version each engine serves, as far as the relay has seen one confirmed.
+    # The version each engine serves, as the relay last confirmed or read it back (its base
+    # weights: BASE_VERSION); every turn an engine serves is tagged with its entry.
     served: dict[str, int] = field(default_factory=dict)
     # The run's cap and the engines' reading now, for the decisions.
     loop_state: Callable[[], tuple[int, Signal]] = lambda: (0, Signal.UNKNOWN)
+    # Engines paused for an update now, and when each last resumed from one: what the
+    # controller is told, so a pause reads neither stale nor idle (``Orchestrator._polled``).
+    updating: set[str] = field(default_factory=set)
+    resumed_at: dict[str, float] = field(default_factory=dict)
+    # The version and checkpoint the engines are to serve: the last update that reached an
+    # engine (or, for a new host, what the run's last acknowledgement named).
+    target: tuple[int, str] | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
+    _suspects: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.mode is UpdateMode.ROLLING and self.routing is None:
             raise ValueError("rolling updates need the dispatcher's routing to hold engines")
 
     async def update(self, version: int, checkpoint: str) -> tuple[Decision, ...]:
-        """Bring every engine to ``version`` from ``checkpoint``; one decision per engine."""
-        if self.mode is UpdateMode.SYNC:
-            done = await asyncio.gather(
-                *(self._one(name, version, checkpoint) for name in self.engines)
-            )
-        else:
-            done = [await self._rolled(name, version, checkpoint) for name in self.engines]
-        for one in done:
-            if not one.error:
-                self.served[one.engine] = one.version
+        """Bring every engine to ``version`` from ``checkpoint``; one decision per engine.
+        Each engine's record changes as it resumes, so the turns it serves next carry the
+        new version while the others still carry theirs."""
+        async with self._lock:
+            if self.mode is UpdateMode.SYNC:
+                done = await asyncio.gather(
+                    *(self._one(name, version, checkpoint) for name in self.engines)
+                )
+            else:
+                done = [await self._rolled(name, version, checkpoint) for name in self.engines]
+            if any(not one.error for one in done):
+                self.target = (version, checkpoint)
         return tuple(self._decision(one, version) for one in done)
 
+    def suspect(self, name: str) -> None:
+        """``name`` restarted or came back up: on record as on its base weights (so a turn
+        is never tagged newer than it may be) until the next ``check`` reads it, which then
+        treats it as an engine no record covers."""
+        self.served[name] = BASE_VERSION
+        self._suspects.add(name)
+
+    async def check(self) -> tuple[Decision, ...]:
+        """Read every engine's version back. One that lost what the record says it serves
+        (restarted: on its base weights), or that no record covers yet (a new host's first
+        look), is recorded as serving what it says, at once, and is brought to ``target``
+        again, out of routing meanwhile; one whose version agrees with its record (an update
+        it failed) is left as it is. One that does not answer is left to the monitor (it is
+        down) and checked next time."""
+        decisions: list[Decision] = []
+        async with self._lock:
+            if self.target is None:
+                return ()
+            version, checkpoint = self.target
+            for name, engine in self.engines.items():
+                try:
+                    found = await engine.served_version()
+                except Exception:
+                    continue
+                found_version = BASE_VERSION if found is None else found
+                known = None if name in self._suspects else self.served.get(name)
+                self._suspects.discard(name)
+                self.served[name] = found_version  # the truth until a push confirms another
+                if found_version in (version, known):
+                    continue
+                one = await self._rolled(name, version, checkpoint)
+                lost = (
+                    "came back on its base weights"
+                    if found is None
+                    else f"served version {found}, not {version}"
+                )
+                decisions.append(self._decision(one, version, lost=lost))
+        return tuple(decisions)
+
     async def _rolled(self, name: str, version: int, checkpoint: str) -> EngineUpdate:
-        assert self.routing is not None
-        self.routing.hold(name)
+        if self.routing is not None:
+            self.routing.hold(name)
         try:
             return await self._one(name, version, checkpoint)
         finally:
-            self.routing.release(name)
+            if self.routing is not None:
+                self.routing.release(name)
 
     async def _one(self, name: str, version: int, checkpoint: str) -> EngineUpdate:
+        self.updating.add(name)
+        try:
+            one = await self._updated(name, version, checkpoint)
+        finally:
+            self.updating.discard(name)
+            self.resumed_at[name] = self.clock.now()
+        self.served[name] = one.version  # the new version, or the old one it kept
+        return one
+
+    async def _updated(self, name: str, version: int, checkpoint: str) -> EngineUpdate:
         engine = self.engines[name]
         started = self.clock.now()
-        old = self.served.get(name, 0)
+        old = self.served.get(name, BASE_VERSION)
         try:
             await engine.pause()
         except Exception as refused:
@@ -123,15 +201,26 @@ class Relay:
             await engine.resume()
         except Exception as failed:  # loaded but not serving: not a version it serves
             return EngineUpdate(name, old, self.clock.now() - started, f"resume: {failed}")
-        return EngineUpdate(name, version, self.clock.now() - started)
+        seconds = self.clock.now() - started
+        try:
+            found = await engine.served_version()
+        except Exception as failed:
+            return EngineUpdate(name, old, seconds, f"read back: {failed}")
+        if found != version:
+            said = "its base weights" if found is None else f"version {found}"
+            return EngineUpdate(name, old, seconds, f"it reads back {said}")
+        return EngineUpdate(name, version, seconds)
 
-    def _decision(self, one: EngineUpdate, version: int) -> Decision:
+    def _decision(self, one: EngineUpdate, version: int, *, lost: str = "") -> Decision:
         cap, signal = self.loop_state()
         if one.error:
             reason = (
                 f"{one.engine} could not load version {version} ({one.error}); "
                 f"it serves version {one.version}"
             )
+        elif lost:
+            again = f"version {version} pushed again after {one.seconds:.1f} s"
+            reason = f"{one.engine} {lost}: {again}"
         else:
             reason = f"{one.engine} serves version {version} after {one.seconds:.1f} s"
         return Decision(
@@ -141,7 +230,7 @@ class Relay:
             signal=signal,
             cap_before=cap,
             cap_after=cap,
-            reason=f"{reason} ({self.mode.value} update)",
+            reason=f"{reason} ({'version check' if lost else self.mode.value + ' update'})",
             alert=bool(one.error),
             engine=one.engine,
             figures={

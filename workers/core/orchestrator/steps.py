@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,4 +66,11 @@ class StepTally:
             cap=cap,
             inflight=inflight,
             path=path,
+            sampled_versions=sampled_versions(samples),
         )
+
+
+def sampled_versions(samples: Sequence[Sample]) -> dict[str, int]:
+    """How many samples each oldest version has, oldest first; keys are strings for JSON."""
+    counts = Counter(sample.sampled_version for sample in samples)
+    return {str(version): counts[version] for version in sorted(counts)}
