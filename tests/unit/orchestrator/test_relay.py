@@ -180,7 +180,7 @@ async def test_a_version_that_does_not_read_back_is_not_recorded() -> None:
     pool["e2"].set_version = forgets  # type: ignore[method-assign]
     decisions = await run_update(relay, clock, 2)
     assert relay.served == {"e0": 2, "e1": 2, "e2": 1}
-    failed = next(d for d in decisions if d.figures["engine"] == "e2")
+    failed = next(d for d in decisions if d.engine == "e2")
     assert failed.alert and "it reads back version 1" in failed.reason
 
 
@@ -243,7 +243,7 @@ async def test_a_new_host_brings_an_engine_on_other_weights_to_the_run_s_version
     relay = Relay(pool, clock, target=(7, "/ckpt/v7"))
     decisions = await run_check(relay, clock)
     assert relay.served == {"e0": 7, "e1": 7, "e2": 7}
-    assert sorted(d.figures["engine"] for d in decisions) == ["e1", "e2"]
+    assert sorted(d.engine for d in decisions) == ["e1", "e2"]
     assert "e1 served version 6, not 7: version 7 pushed again" in decisions[0].reason
 
 
@@ -257,5 +257,5 @@ async def test_a_suspect_is_on_its_base_weights_until_a_check_reads_it() -> None
     relay.suspect("e1")  # came back up on the weights it had: a network blip
     assert relay.served == {"e0": 0, "e1": 0, "e2": 3}
     (decision,) = await run_check(relay, clock)
-    assert decision.figures["engine"] == "e0" and "came back on its base weights" in decision.reason
+    assert decision.engine == "e0" and "came back on its base weights" in decision.reason
     assert relay.served == {"e0": 3, "e1": 3, "e2": 3}

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0011_acked_checkpoint"),
+        ("runs", "0012_decision_engine"),
     ]
 
     operations = [
