@@ -59,6 +59,11 @@ class VirtualWeights:
     async def resume(self) -> None:
         self._serving().resume()
 
+    async def served_version(self) -> int | None:
+        """What the relay reads back after an update; None (base weights) before one."""
+        self._serving()
+        return self.version or None
+
     def _serving(self) -> Engine:
         """The engine's current incarnation (a restart builds a new one)."""
         if not self.engine.up:

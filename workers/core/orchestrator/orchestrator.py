@@ -395,6 +395,16 @@ class Orchestrator:
             dataclasses.replace(s, updating=True) if s.endpoint in marked else s for s in samples
         ]
 
+    async def _check_due(self) -> None:
+        """Until a poll asks for a check, or ``WEIGHTS_CHECK_S`` on the run's clock."""
+        asked = asyncio.ensure_future(self._check_now.wait())
+        timer = asyncio.ensure_future(self._clock.sleep(WEIGHTS_CHECK_S))
+        try:
+            await asyncio.wait((asked, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            asked.cancel()
+            timer.cancel()
+
     def _suspect(self, engine: str) -> None:
         """An engine that restarted, or came back up, may be on its base weights: on record
         as such until a check reads its version (a turn is never tagged newer than it may
@@ -413,9 +423,7 @@ class Orchestrator:
         assert self._relay is not None
         self._check_now.set()  # at the start too: a new host finds the engines as they are
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(WEIGHTS_CHECK_S):
-                    await self._check_now.wait()
+            await self._check_due()
             self._check_now.clear()
             held, self._held_for_check = self._held_for_check, set()
             try:
