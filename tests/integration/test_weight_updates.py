@@ -24,6 +24,7 @@ from controlplane.runs.models import Decision, EngineSample, Run, RunState, Step
 from controlplane.runs.roles import grant
 from controlplane.runs.services import enqueue
 from tests.integration.hosting import (
+    SimEngine,
     run_document,
     sim_engines,
     start_sim,
@@ -48,10 +49,7 @@ def served(url: str) -> str:
 def test_acknowledged_weights_reach_every_engine(
     tmp_path: Path, queue: str, runs_dir: Path, mode: str
 ) -> None:
-    trainer = get_user_model().objects.create_user(username="trainer", password="pw")
-    grant(trainer, "operator")
-    api = APIClient()
-    api.force_authenticate(trainer)
+    api = trainer_client()
     dev = {"VLLM_SERVER_DEV_MODE": "1"}
     with sim_engines(tmp_path, 2, "--reload-s", "0.3", env=dev) as engines:
         document = run_document(engines, max_steps=STEPS)
@@ -62,24 +60,9 @@ def test_acknowledged_weights_reach_every_engine(
             assert {served(e.url) for e in engines} == {"default"}
             enqueue(run.pk)
             for step in range(1, STEPS + 1):
-                wait_for(
-                    lambda s=step: StepRecord.objects.filter(run=run, step=s).exists(),
-                    60,
-                    f"step {step}",
-                )
-                run.refresh_from_db()
-                checkpoint = model_folder(Path(run.output_dir) / "checkpoints" / f"v{step}")
-                answer = api.post(
-                    f"/api/runs/{run.pk}/steps/{step}/ack/",
-                    {"policy_version": step, "checkpoint": str(checkpoint)},
-                    format="json",
-                )
-                assert answer.status_code in (200, 201), answer.content
-                wait_for(
-                    lambda s=step: all(served(e.url) == str(s) for e in engines),
-                    30,
-                    f"every engine to serve version {step}",
-                )
+                step_written(run, step, timeout=60)
+                ack(api, run, step)
+                every_engine_serves(engines, step, timeout=30)
             wait_for(lambda: Run.objects.get(pk=run.pk).is_ended, 60, "the run to end")
         finally:
             stop_worker(worker)
@@ -119,8 +102,18 @@ def trainer_client() -> APIClient:
     return api
 
 
-def step_written(run: Run, step: int) -> None:
-    wait_for(lambda: StepRecord.objects.filter(run=run, step=step).exists(), 90, f"step {step}")
+def step_written(run: Run, step: int, *, timeout: float = 90) -> None:
+    wait_for(
+        lambda: StepRecord.objects.filter(run=run, step=step).exists(), timeout, f"step {step}"
+    )
+
+
+def every_engine_serves(engines: list[SimEngine], version: int, *, timeout: float) -> None:
+    wait_for(
+        lambda: all(served(e.url) == str(version) for e in engines),
+        timeout,
+        f"every engine to serve version {version}",
+    )
 
 
 ROLLING_STEPS = 6
@@ -147,11 +140,7 @@ def test_rolling_updates_tag_every_turn_and_a_restarted_engine_gets_its_version_
             for step in range(1, 4):
                 step_written(run, step)
                 ack(api, run, step)
-                wait_for(
-                    lambda s=step: all(served(e.url) == str(s) for e in engines),
-                    60,
-                    f"every engine to serve version {step}",
-                )
+                every_engine_serves(engines, step, timeout=60)
             victim = engines[1]
             port = int(victim.url.rsplit(":", 1)[1])
             os.killpg(victim.process.pid, signal.SIGKILL)
@@ -224,11 +213,7 @@ def test_a_sync_update_is_neither_stale_nor_idle_nor_a_preemption_to_the_control
             for step in range(1, SYNC_STEPS + 1):
                 step_written(run, step)
                 ack(api, run, step)
-                wait_for(
-                    lambda s=step: all(served(e.url) == str(s) for e in engines),
-                    60,
-                    f"every engine to serve version {step}",
-                )
+                every_engine_serves(engines, step, timeout=60)
             wait_for(lambda: Run.objects.get(pk=run.pk).is_ended, 90, "the run to end")
         finally:
             stop_worker(worker)
