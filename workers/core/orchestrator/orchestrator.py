@@ -12,12 +12,9 @@ batches; the dispatcher drops groups that fall more than ``max_off_policy_steps`
 behind, and no scored group is kept whose oldest turn was sampled further behind than that
 (on the version its engine served, the relay's record, which every turn is tagged with).
 
-With weights relayed (a trainer sending checkpoints), the engines' versions are checked too:
-a poll that says an engine restarted or came back up, and every ``WEIGHTS_CHECK_S``, reads
-them back, and an engine that lost the current weights gets them again. The controller is
-told which engines are paused for an update, and for ``UPDATE_SETTLE_POLLS`` polls after it
-(``LoadSample.updating``): a paused engine is neither stale nor idle, and its cold cache is
-no eviction.
+With weights relayed (a trainer sending checkpoints), the relay brings the engines to each
+acknowledged version and a version watch (``versions.py``) keeps the record of what each
+serves true between updates and tells the controller which engines are paused for one.
 
 Everything it touches is injected: the controller and the engine poll (through the control
 loop), one engine client per engine, the clock, the batch writer, the trainer's
@@ -33,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,17 +51,12 @@ from workers.core.orchestrator.ports import (
     QuietReporter,
     RunReporter,
 )
-from workers.core.orchestrator.relay import (
-    UPDATE_SETTLE_POLLS,
-    WEIGHTS_CHECK_S,
-    EngineWeights,
-    Relay,
-    UpdateMode,
-)
+from workers.core.orchestrator.relay import EngineWeights, Relay, UpdateMode
 from workers.core.orchestrator.steps import StepTally
 from workers.core.orchestrator.trainer import RunFailed, acknowledged
+from workers.core.orchestrator.versions import VersionWatch
 from workers.core.orchestrator.waves import derive_seed, wave_decision, wave_groups, wave_report
-from workers.core.samples import EngineHealth, LoadSample
+from workers.core.samples import LoadSample
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +157,17 @@ class Orchestrator:
                 loop_state=self._loop_state,
             )
         )
+        self._versions = (
+            None
+            if self._relay is None
+            else VersionWatch(
+                self._relay,
+                engines=list(self._engines),
+                routing=self._loop.dispatcher,
+                clock=clock,
+                on_decisions=self._reporter.decisions,
+            )
+        )
         if self._relay is not None and start.checkpoint is not None:
             self._relay.target = (start.policy_version, start.checkpoint)
         self._book = GroupBook()
@@ -181,11 +183,6 @@ class Orchestrator:
         self._failure: str | None = None  # why the run cannot go on (no engine usable)
         self._changed = asyncio.Event()
         self._tally = StepTally(clock.now())
-        self._check_now = asyncio.Event()  # a poll saw an engine restart: check versions
-        self._health: dict[str, EngineHealth] = {}  # each engine's health at the last poll
-        self._settling: dict[str, int] = {}  # polls left to mark after each engine's resume
-        self._resumes_seen: dict[str, float] = {}
-        self._held_for_check: set[str] = set()  # engines out of routing until checked
 
     @property
     def loop(self) -> ControlLoop[EpisodeSpec, Episode]:
@@ -239,7 +236,8 @@ class Orchestrator:
         written = self._writer.written_steps()
         self._step = max(self._step, max(written, default=0))
         self._tally = StepTally(self._clock.now())
-        checking = None if self._relay is None else asyncio.ensure_future(self._check_weights())
+        versions = self._versions
+        checking = None if versions is None else asyncio.ensure_future(versions.watch())
         try:
             async with self._loop:
                 self._accepting = True
@@ -357,85 +355,12 @@ class Orchestrator:
         return self._book.drop_behind(oldest)
 
     def _served(self, engine: str, dispatched: int) -> int:
-        """The version ``engine`` serves on the relay's record; the version its group was
-        dispatched under while the run has relayed no weights to it (then only the trainer's
-        word says what the engines serve)."""
-        version = None if self._relay is None else self._relay.served.get(engine)
-        return dispatched if version is None else version
-
-    # -- weights and the controller --------------------------------------------------------
+        """The version a turn on ``engine`` is tagged with (see ``VersionWatch.served``)."""
+        return dispatched if self._versions is None else self._versions.served(engine, dispatched)
 
     async def _polled(self) -> Sequence[LoadSample]:
-        """The engines' poll, with what the relay knows put in: engines paused for an update
-        (or just resumed from one) marked ``updating``; an engine that restarted or came back
-        up since the last poll gets its version checked now."""
         samples = await self._poll()
-        relay = self._relay
-        if relay is None:
-            return samples
-        for name, at in relay.resumed_at.items():
-            if self._resumes_seen.get(name) != at:
-                self._resumes_seen[name] = at
-                self._settling[name] = UPDATE_SETTLE_POLLS
-        marked = {
-            name
-            for name in self._engines
-            if name in relay.updating or self._settling.get(name, 0) > 0
-        }
-        for name in marked - relay.updating:
-            self._settling[name] -= 1
-        for sample in samples:
-            before = self._health.get(sample.endpoint)
-            self._health[sample.endpoint] = sample.health
-            if sample.restarted or (
-                before is EngineHealth.DOWN and sample.health is EngineHealth.UP
-            ):
-                self._suspect(sample.endpoint)
-        return [
-            dataclasses.replace(s, updating=True) if s.endpoint in marked else s for s in samples
-        ]
-
-    async def _check_due(self) -> None:
-        """Until a poll asks for a check, or ``WEIGHTS_CHECK_S`` on the run's clock."""
-        asked = asyncio.ensure_future(self._check_now.wait())
-        timer = asyncio.ensure_future(self._clock.sleep(WEIGHTS_CHECK_S))
-        try:
-            await asyncio.wait((asked, timer), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            asked.cancel()
-            timer.cancel()
-
-    def _suspect(self, engine: str) -> None:
-        """An engine that restarted, or came back up, may be on its base weights: on record
-        as such until a check reads its version (a turn is never tagged newer than it may
-        be), and out of routing until then, so no new group samples from weights it lost."""
-        relay = self._relay
-        if relay is None or engine not in relay.served or engine in relay.updating:
-            return  # no version of the run's was ever pushed to it: nothing to lose
-        relay.suspect(engine)
-        self._loop.dispatcher.hold(engine)
-        self._held_for_check.add(engine)
-        self._check_now.set()
-
-    async def _check_weights(self) -> None:
-        """Read the engines' versions back every ``WEIGHTS_CHECK_S``, or at once when a poll
-        saw a restart, and bring back an engine that lost the current weights."""
-        assert self._relay is not None
-        self._check_now.set()  # at the start too: a new host finds the engines as they are
-        while True:
-            await self._check_due()
-            self._check_now.clear()
-            held, self._held_for_check = self._held_for_check, set()
-            try:
-                decisions = await self._relay.check()
-            except Exception:  # a check that failed is tried again at the next one
-                logger.exception("orchestrator: the engines' versions could not be checked")
-                decisions = ()
-            finally:
-                for engine in held:
-                    self._loop.dispatcher.release(engine)
-            if decisions:
-                self._reporter.decisions(decisions)
+        return samples if self._versions is None else self._versions.mark(samples)
 
     def _fail(self, reason: str) -> None:
         """The control loop's word that the run cannot go on: the wait for the next batch
