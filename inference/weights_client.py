@@ -6,8 +6,8 @@ root (not under ``/v1``): ``POST /pause?mode=keep`` (requests frozen where they 
 prefix cache cleared; resumed by ``POST /resume``), ``POST /collective_rpc`` with
 ``{"method": "reload_weights", "kwargs": {"weights_path": DIR}}`` (every worker reloads in
 place from a Hugging Face directory; a failure is a 500), ``POST /update_weight_version``
-with ``{"new_version": "V"}`` and ``GET /weight_info`` (``{"weight_version": "V"}``,
-``"default"`` before any update). The routes
+with ``{"new_version": "V"}``, ``GET /weight_info`` (``{"weight_version": "V"}``,
+``"default"`` before any update) and ``GET /is_paused`` (``{"is_paused": bool}``). The routes
 change what an engine serves: whoever reaches them can swap its weights, so they must be
 reachable from the control plane's workers only (see the README on binding them). The
 simulator (``inference.sim``) serves the same routes under the same switch.
@@ -51,6 +51,16 @@ class EngineWeightsClient:
 
     async def set_version(self, version: int) -> None:
         await self._post("/update_weight_version", json={"new_version": str(version)})
+
+    async def is_paused(self) -> bool:
+        answer = await self._send("GET", "/is_paused", timeout=ROUTE_TIMEOUT_S)
+        try:
+            value = answer.json()["is_paused"]
+        except (ValueError, KeyError, TypeError) as unreadable:
+            raise WeightsError(f"GET /is_paused: unreadable answer ({unreadable})") from None
+        if not isinstance(value, bool):
+            raise WeightsError(f"GET /is_paused: unreadable answer ({value!r})")
+        return value
 
     async def served_version(self) -> int | None:
         """The version the engine says it serves; None before any update (its base weights,

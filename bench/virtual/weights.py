@@ -59,6 +59,9 @@ class VirtualWeights:
     async def resume(self) -> None:
         self._serving().resume()
 
+    async def is_paused(self) -> bool:
+        return self._serving().is_paused
+
     async def served_version(self) -> int | None:
         """What the relay reads back after an update; None (base weights) before one."""
         self._serving()

@@ -40,11 +40,14 @@ async def test_an_update_through_the_client_is_read_back(sim: SimEngine, tmp_pat
     async with httpx.AsyncClient() as http:
         engine = EngineWeightsClient(http, f"{sim.url}/v1")  # the OpenAI base, as configured
         assert await engine.served_version() is None  # "default": its base weights
+        assert await engine.is_paused() is False
         await engine.pause()
+        assert await engine.is_paused() is True
         await engine.reload(str(checkpoint))
         await engine.set_version(7)
         await engine.resume()
         assert await engine.served_version() == 7
+        assert await engine.is_paused() is False
         with pytest.raises(WeightsError, match=r"POST /collective_rpc: 500"):
             await engine.reload(str(tmp_path / "nowhere"))
 

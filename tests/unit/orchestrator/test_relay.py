@@ -46,6 +46,11 @@ class Engine:
         self.paused = False
         self._note("resume")
 
+    async def is_paused(self) -> bool:
+        if self.down:
+            raise ConnectionError(f"{self.name} is down")
+        return self.paused
+
     async def served_version(self) -> int | None:
         if self.down:
             raise ConnectionError(f"{self.name} is down")
@@ -258,4 +263,28 @@ async def test_a_suspect_is_on_its_base_weights_until_a_check_reads_it() -> None
     assert relay.served == {"e0": 0, "e1": 0, "e2": 3}
     (decision,) = await run_check(relay, clock)
     assert decision.engine == "e0" and "came back on its base weights" in decision.reason
+    assert relay.served == {"e0": 3, "e1": 3, "e2": 3}
+
+
+async def test_a_check_pushes_again_to_an_engine_left_paused_on_the_run_s_version() -> None:
+    """A host that died between an engine's new version and its resume left it paused on the
+    right version: the next host's check sees the pause, not only the version, and pushes
+    the weights again whole (the dead host's reload cannot be known to have finished)."""
+    clock, log = ManualClock(), []
+    pool = engines(clock, log)
+    for engine in pool.values():
+        engine.version = 3
+    pool["e1"].paused = True
+    relay = Relay(pool, clock)  # the new host's: no record of its own yet
+    relay.target = (3, "/ckpt/v3")
+    (decision,) = await run_check(relay, clock)
+    assert decision.engine == "e1" and not decision.alert
+    assert "e1 was left paused on version 3: version 3 pushed again" in decision.reason
+    assert [w for _, e, w in log if e == "e1"] == [
+        "pause",
+        "reload /ckpt/v3",
+        "version 3",
+        "resume",
+    ]
+    assert not any(e.paused for e in pool.values())
     assert relay.served == {"e0": 3, "e1": 3, "e2": 3}

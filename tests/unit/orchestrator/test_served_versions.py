@@ -44,6 +44,9 @@ class Weights:
     async def served_version(self) -> int | None:
         return self.version
 
+    async def is_paused(self) -> bool:
+        return False
+
 
 class Watching:
     """The real controller, with every poll it is given kept."""

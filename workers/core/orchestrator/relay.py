@@ -19,7 +19,10 @@ resumed: the relay never leaves an engine paused, and never records a version an
 not confirm: after each update it reads the version back (``/weight_info``). An engine that
 restarted comes back on its base weights; ``check`` reads every engine's version, records what
 it found (base weights are version ``BASE_VERSION``, which the episodes it served are tagged
-with) and pushes the current checkpoint again to an engine that lost it. The relay is plain
+with) and pushes the current checkpoint again to an engine that lost it, or that it finds
+paused: no update of this relay runs during a check, so a paused engine was left so by a host
+that died mid-update, its reload perhaps half done, and only a whole push again makes its
+weights known. The relay is plain
 asyncio over an injected client per engine and an injected clock, so it runs in a worker, a
 test and virtual time alike.
 """
@@ -64,6 +67,8 @@ class EngineWeights(Protocol):
     async def resume(self) -> None: ...
     async def served_version(self) -> int | None:
         """The version the engine says it serves; None on its base weights."""
+
+    async def is_paused(self) -> bool: ...
 
 
 class Routing(Protocol):
@@ -135,8 +140,9 @@ class Relay:
         (restarted: on its base weights), or that no record covers yet (a new host's first
         look), is recorded as serving what it says, at once, and is brought to ``target``
         again, out of routing meanwhile; one whose version agrees with its record (an update
-        it failed) is left as it is. One that does not answer is left to the monitor (it is
-        down) and checked next time."""
+        it failed) is left as it is, unless it is paused (left so by a host that stopped
+        mid-update). One that does not answer is left to the monitor (it is down) and checked
+        next time."""
         decisions: list[Decision] = []
         async with self._lock:
             if self.target is None:
@@ -145,20 +151,23 @@ class Relay:
             for name, engine in self.engines.items():
                 try:
                     found = await engine.served_version()
+                    paused = await engine.is_paused()
                 except Exception:
                     continue
                 found_version = BASE_VERSION if found is None else found
                 known = None if name in self._suspects else self.served.get(name)
                 self._suspects.discard(name)
                 self.served[name] = found_version  # the truth until a push confirms another
-                if found_version in (version, known):
+                if found_version in (version, known) and not paused:
                     continue
                 one = await self._rolled(name, version, checkpoint)
-                lost = (
-                    "came back on its base weights"
-                    if found is None
-                    else f"served version {found}, not {version}"
-                )
+                on = "its base weights" if found is None else f"version {found}"
+                if paused:
+                    lost = f"was left paused on {on}"
+                elif found is None:
+                    lost = "came back on its base weights"
+                else:
+                    lost = f"served version {found}, not {version}"
                 decisions.append(self._decision(one, version, lost=lost))
         return tuple(decisions)
 
