@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI's files, served locally: no CDN is reachable
     "channels",
     "controlplane.runs",
+    "controlplane.alerts",
     "controlplane.dashboard",
 ]
 
@@ -201,6 +202,14 @@ CELERY_WORKER_DIRECT = True
 CELERY_WORKER_POOL = "threads"
 # Keep LOGGING's handlers in the worker too: Celery's own would drop the run id from each line.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# Alerts: each alerts worker (celery ... -Q pacer-alerts, see scripts/run) looks at every
+# rule's conditions this often and delivers notifications from a queue of its own, so a
+# webhook that hangs takes no slot a run is hosted in.
+PACER_ALERTS_QUEUE = env_str("PACER_ALERTS_QUEUE", "pacer-alerts")
+PACER_ALERTS_EVERY_S = 5.0  # a poll period: a condition is seen within a poll of holding
+# The dashboard's address as people reach it, for the link to the run in each notification.
+PACER_PUBLIC_URL = env_str("PACER_PUBLIC_URL", "http://127.0.0.1:8000")
 
 # A run config is a few KB; 1 MiB leaves room for hundreds of environments and is far below
 # what would tie a web process up. Larger bodies are answered 413 (Django's default is 2.5 MB).

@@ -20,6 +20,7 @@ urlpatterns = [
         SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api_docs.html"),
         name="docs",
     ),
+    path("api/alerts/", include("controlplane.alerts.urls")),
     path("api/", include("controlplane.runs.api.urls")),
     path("metrics", metrics_view, name="metrics"),
 ]

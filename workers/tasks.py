@@ -28,3 +28,11 @@ def run_execute(self: Task, run_id: int) -> str:
         enqueue(run_id)
         return f"run {run_id}: this worker is shutting down; the task is sent again"
     return host_run(run_id, owner=f"{self.request.hostname}/{self.request.id}")
+
+
+@app.task(name="workers.deliver_alert")
+def deliver_alert(delivery_id: int) -> str:
+    """One attempt at a notification's delivery; the alerts watch sends the next if due."""
+    from controlplane.alerts.delivery import deliver
+
+    return deliver(delivery_id)

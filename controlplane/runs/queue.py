@@ -40,17 +40,24 @@ SEND_TRANSPORT_OPTIONS = {
 def enqueue(run_id: int) -> bool:
     """Send the run's task once (a run already hosted makes the task exit at once); False,
     logged, when the broker could not take it: the sweep sends it again later."""
+    return send_by_name(RUN_TASK, [run_id], what=f"run {run_id}", again="the sweep")
+
+
+def send_by_name(task: str, args: list[object], *, what: str, again: str, **options: str) -> bool:
+    """Send ``task`` once, bounded in time, with no result; False, logged, when the broker
+    could not take it (``again`` says who sends it later). ``options``: ``queue=...``."""
     try:
         with app.connection_for_write(transport_options=SEND_TRANSPORT_OPTIONS) as connection:
             app.send_task(
-                RUN_TASK, args=[run_id], connection=connection, retry=False, ignore_result=True
+                task, args=args, connection=connection, retry=False, ignore_result=True, **options
             )
     except Exception as failed:  # kombu's OperationalError, redis-py's and socket errors alike
         logger.warning(
-            "run %s: its task could not be sent (%s: %s); the sweep sends it again",
-            run_id,
+            "%s: its task could not be sent (%s: %s); %s sends it again",
+            what,
             type(failed).__name__,
             failed,
+            again,
         )
         return False
     return True
