@@ -25,6 +25,7 @@ from workers.core.config.fields import ConfigError
 from workers.core.config.run import parse_run_config
 from workers.core.controller.policies.pacer import PacerConfig
 from workers.core.controller.policies.reference import ReferenceConfig
+from workers.core.decisions import DecisionKind
 
 RUNS_PER_PAGE = 25
 # A sparkline shows the shape of the last few dozen cap changes, not a run's whole history.
@@ -151,6 +152,39 @@ def run_engines(config: Any) -> list[dict[str, Any]]:
             }
         )
     return engines
+
+
+def relays_weights(config: Any) -> bool:
+    """Whether the run's trainer sends weights back, so its engines start on base weights
+    and move to each acknowledged version."""
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    return isinstance(trainer, dict) and trainer.get("mode") == "external"
+
+
+def served_versions(run: Run, engine_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """For each engine, its newest ``weights`` decision: the version it serves since (kept,
+    when the update failed), when, and why; engines never updated are left out. One query
+    per engine, each the newest row of the ``(run, kind, at)`` index range for it."""
+    versions = {}
+    for engine_id in engine_ids:
+        newest = (
+            Decision.objects.filter(
+                run_id=run.pk, kind=DecisionKind.WEIGHTS.value, engine=engine_id
+            )
+            .order_by("-at", "-id")
+            .values("id", "at", "figures", "reason", "alert")
+            .first()
+        )
+        version = newest["figures"].get("version") if newest else None
+        if isinstance(version, int | float):
+            versions[engine_id] = {
+                "id": newest["id"],
+                "at": newest["at"].isoformat(),
+                "version": int(version),
+                "reason": newest["reason"],
+                "alert": newest["alert"],
+            }
+    return versions
 
 
 @dataclass(frozen=True, slots=True)
