@@ -1,6 +1,7 @@
 """What the dashboard's pages read that the REST API does not hand over in one piece: a page
 of runs with each one's recent caps (the list's sparklines), the KV lines a run's policy
-trims and sheds at, the engines a run names, and the example configs.
+trims and sheds at, the engines a run names and the version each serves by its newest
+weights decision, and the example configs.
 
 Every query here is bounded: the runs list costs one query for the page (each run's latest
 reward a subquery in it, one row of the ``(run, step)`` unique index read backwards) and one
@@ -164,7 +165,9 @@ def relays_weights(config: Any) -> bool:
 def served_versions(run: Run, engine_ids: list[str]) -> dict[str, dict[str, Any]]:
     """For each engine, its newest ``weights`` decision: the version it serves since (kept,
     when the update failed), when, and why; engines never updated are left out. One query
-    per engine, each the newest row of the ``(run, kind, at)`` index range for it."""
+    per engine, reading the run's weights decisions newest first on the ``(run, kind, at)``
+    index until one is the engine's: the first few rows for an engine updated with the
+    others, every weights row of the run for one never updated (a few per step)."""
     versions = {}
     for engine_id in engine_ids:
         newest = (

@@ -31,7 +31,7 @@ export function renderEngines({ body, warningsBox, configured, engines, warnings
       const cells = [
         [e.engine_id, "name"],
         [e.role, ""],
-        [`${health}${e.restarted ? " (restarted)" : ""}`, `health health-${health}`],
+        [`${health}${e.restarted ? " (restarted)" : ""}`, e.health ? `health health-${e.health}` : "health"],
         [version.text, version.className],
         [pct(e.kv_usage), "num"],
         [e.running ?? "–", "num"],
