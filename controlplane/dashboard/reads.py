@@ -1,6 +1,7 @@
 """What the dashboard's pages read that the REST API does not hand over in one piece: a page
 of runs with each one's recent caps (the list's sparklines), the KV lines a run's policy
-trims and sheds at, the engines a run names, and the example configs.
+trims and sheds at, the engines a run names and the version each serves by its newest
+weights decision, and the example configs.
 
 Every query here is bounded: the runs list costs one query for the page (each run's latest
 reward a subquery in it, one row of the ``(run, step)`` unique index read backwards) and one
@@ -25,6 +26,7 @@ from workers.core.config.fields import ConfigError
 from workers.core.config.run import parse_run_config
 from workers.core.controller.policies.pacer import PacerConfig
 from workers.core.controller.policies.reference import ReferenceConfig
+from workers.core.decisions import DecisionKind
 
 RUNS_PER_PAGE = 25
 # A sparkline shows the shape of the last few dozen cap changes, not a run's whole history.
@@ -151,6 +153,41 @@ def run_engines(config: Any) -> list[dict[str, Any]]:
             }
         )
     return engines
+
+
+def relays_weights(config: Any) -> bool:
+    """Whether the run's trainer sends weights back, so its engines start on base weights
+    and move to each acknowledged version."""
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    return isinstance(trainer, dict) and trainer.get("mode") == "external"
+
+
+def served_versions(run: Run, engine_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """For each engine, its newest ``weights`` decision: the version it serves since (kept,
+    when the update failed), when, and why; engines never updated are left out. One query
+    per engine, reading the run's weights decisions newest first on the ``(run, kind, at)``
+    index until one is the engine's: the first few rows for an engine updated with the
+    others, every weights row of the run for one never updated (a few per step)."""
+    versions = {}
+    for engine_id in engine_ids:
+        newest = (
+            Decision.objects.filter(
+                run_id=run.pk, kind=DecisionKind.WEIGHTS.value, engine=engine_id
+            )
+            .order_by("-at", "-id")
+            .values("id", "at", "figures", "reason", "alert")
+            .first()
+        )
+        version = newest["figures"].get("version") if newest else None
+        if isinstance(version, int | float):
+            versions[engine_id] = {
+                "id": newest["id"],
+                "at": newest["at"].isoformat(),
+                "version": int(version),
+                "reason": newest["reason"],
+                "alert": newest["alert"],
+            }
+    return versions
 
 
 @dataclass(frozen=True, slots=True)

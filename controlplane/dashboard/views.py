@@ -90,6 +90,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     operator = is_operator(request.user)
     lines = reads.kv_lines(run.config)
     low, high = selectors.run_cap_bounds(run)
+    engines = reads.run_engines(run.config)
     page_data = {
         "run": run.pk,
         "operator": operator,
@@ -97,7 +98,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "kv_lines": {"policy": lines.policy, "trim": lines.trim, "shed": lines.shed},
         "poll_interval_s": reads.poll_interval_s(run.config),
         "cap_bounds": [low, high],
-        "engines": reads.run_engines(run.config),
+        "engines": engines,
+        "served": reads.served_versions(run, [e["engine_id"] for e in engines]),
+        "relays_weights": reads.relays_weights(run.config),
         "kinds": [kind.value for kind in DecisionKind],
         "websocket": f"/ws/runs/{run.pk}/",
         "api": {

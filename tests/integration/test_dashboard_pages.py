@@ -152,6 +152,52 @@ def test_the_run_page_hands_its_script_the_policys_kv_lines_and_the_viewers_reas
     assert signed_in("viewer").get("/runs/999999/").status_code == 404
 
 
+def test_the_run_page_hands_its_script_each_engines_newest_weights_decision() -> None:
+    """What the engine table's Version column starts from: per engine the version its newest
+    weights decision left it on (a failed update's is the version it kept), none for an
+    engine never updated; and whether the run's engines take weights at all."""
+    config = {
+        "name": "w",
+        "trainer": {"mode": "external"},
+        "env": [{"name": "arithmetic"}],
+        "engine": [{"name": "sim-engine-0"}, {"name": "sim-engine-1"}, {"name": "sim-engine-2"}],
+    }
+    run = Run.objects.create(name="w", config=config)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    for seconds, engine, version, alert in (
+        (1, "sim-engine-0", 1, False),
+        (2, "sim-engine-1", 1, False),
+        (3, "sim-engine-0", 2, False),
+        (4, "sim-engine-1", 1, True),  # could not load version 2: kept 1
+    ):
+        Decision.objects.create(
+            run=run,
+            at=at + timedelta(seconds=seconds),
+            step=version,
+            kind="weights",
+            cause="weights",
+            signal="clear",
+            cap_before=8,
+            cap_after=8,
+            reason=f"{engine} at {version}",
+            alert=alert,
+            engine=engine,
+            figures={"version": version, "target": 2, "seconds": 1.5},
+        )
+    data = page_data(signed_in("viewer").get(f"/runs/{run.pk}/").content.decode())
+    served = {
+        engine: (d["version"], d["alert"], d["reason"]) for engine, d in data["served"].items()
+    }
+    assert served == {
+        "sim-engine-0": (2, False, "sim-engine-0 at 2"),
+        "sim-engine-1": (1, True, "sim-engine-1 at 1"),
+    }
+    assert data["relays_weights"] is True
+    plain = Run.objects.create(name="p", config={"name": "p", "engine": [{"name": "x"}]})
+    data = page_data(signed_in("viewer").get(f"/runs/{plain.pk}/").content.decode())
+    assert data["served"] == {} and data["relays_weights"] is False
+
+
 def test_kv_lines_fall_back_to_the_policys_defaults_for_a_config_that_does_not_parse() -> None:
     assert kv_lines({"bogus": 1}).trim == 0.92 and kv_lines({"bogus": 1}).shed == 0.97
     legacy = {"concurrency": {"policy": "fixed"}, "unknown": True}

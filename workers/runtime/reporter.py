@@ -434,6 +434,8 @@ def _step_event(report: StepReport, written: datetime) -> dict[str, Any]:
         "seconds": report.seconds,
         "episodes": report.episodes,
         "reward_mean": report.reward_mean,
+        "reward_std": report.reward_std,
+        "policy_version": report.policy_version,
         "tokens_per_second": report.tokens_per_second,
     }
 

@@ -11,14 +11,16 @@ export const KIND_GROUPS = {
   "drain-release": "other", reconcile: "other", "eval-wave": "other",
   pin: "operator", set: "operator", release: "operator", "pin-expired": "operator",
   "stale-freeze": "stale", "stale-thaw": "stale",
+  weights: "weights",
 };
 export const GROUP_COLOURS = {
   start: "#2f6fd1", grow: "#2e9e44", trim: "#d98c00", cut: "#d1342f",
-  operator: "#8a3ffc", stale: "#7a7a7a", other: "#138a8a",
+  operator: "#8a3ffc", stale: "#7a7a7a", weights: "#c11574", other: "#138a8a",
 };
 export const MARKER_GROUPS = Object.keys(GROUP_COLOURS);
 const ENGINE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"];
 const HEIGHT = 220;
+const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000];
 
 const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false });
 const stepped = () => uPlot.paths.stepped({ align: 1 });
@@ -41,17 +43,101 @@ function markers(group) {
   };
 }
 
-// A chart that follows its container's width, with the given series after the x axis.
-function chart(element, series, { time = true, yRange, bands, axis = {} } = {}) {
+// Weight updates, drawn on every time chart as a shaded span per engine from its pause to its
+// resume (a weights decision is made as the engine resumes; its figures say how long it was
+// paused), a line at the resume; hovering a span shows its decisions' reasons. Keyed by the
+// decision's id, so a decision seen live and again in a backfill is one span.
+export const weightSpans = new Map();
+const SPAN_FILL = "rgba(193, 21, 116, 0.10)";
+const SPAN_ALERT_FILL = "rgba(209, 52, 47, 0.18)";
+const SPAN_HOVER_PX = 4;
+
+export function addWeightSpan(d) {
+  const end = Date.parse(d.at) / 1000;
+  const paused = Number(d.figures?.seconds);
+  weightSpans.set(d.id, {
+    start: end - (Number.isFinite(paused) && paused > 0 ? paused : 0),
+    end,
+    engine: d.engine || "",
+    reason: d.reason,
+    alert: Boolean(d.alert),
+  });
+  while (weightSpans.size > 500) weightSpans.delete(weightSpans.keys().next().value);
+}
+
+function weightSpansPlugin() {
+  let tip = null;
+  return {
+    hooks: {
+      init: (u) => {
+        tip = document.createElement("div");
+        tip.className = "span-tip";
+        tip.hidden = true;
+        u.over.append(tip);
+      },
+      drawClear: (u) => {
+        const { left, top, width, height } = u.bbox;
+        const ctx = u.ctx;
+        ctx.save();
+        ctx.beginPath();
+        ctx.rect(left, top, width, height);
+        ctx.clip();
+        for (const span of weightSpans.values()) {
+          const x0 = u.valToPos(span.start, "x", true);
+          const x1 = u.valToPos(span.end, "x", true);
+          if (x1 < left || x0 > left + width) continue;
+          ctx.fillStyle = span.alert ? SPAN_ALERT_FILL : SPAN_FILL;
+          ctx.fillRect(x0, top, Math.max(x1 - x0, 1), height);
+          ctx.strokeStyle = span.alert ? GROUP_COLOURS.cut : GROUP_COLOURS.weights;
+          ctx.lineWidth = devicePixelRatio;
+          ctx.setLineDash([3 * devicePixelRatio, 3 * devicePixelRatio]);
+          ctx.beginPath();
+          ctx.moveTo(Math.round(x1) + 0.5, top);
+          ctx.lineTo(Math.round(x1) + 0.5, top + height);
+          ctx.stroke();
+        }
+        ctx.restore();
+      },
+      setCursor: (u) => {
+        const x = u.cursor.left;
+        const hits = [];
+        if (x !== undefined && x !== null && x >= 0) {
+          for (const span of weightSpans.values()) {
+            const x0 = u.valToPos(span.start, "x");
+            const x1 = u.valToPos(span.end, "x");
+            if (x >= x0 - SPAN_HOVER_PX && x <= x1 + SPAN_HOVER_PX) hits.push(span);
+          }
+        }
+        tip.hidden = hits.length === 0;
+        if (!hits.length) return;
+        tip.replaceChildren(...hits.map((span) => Object.assign(document.createElement("div"), {
+          textContent: span.reason, className: span.alert ? "alert" : "",
+        })));
+        const flip = x > u.over.clientWidth / 2;
+        tip.style.left = flip ? "" : `${x + 10}px`;
+        tip.style.right = flip ? `${u.over.clientWidth - x + 10}px` : "";
+      },
+    },
+  };
+}
+
+// A chart that follows its container's width, with the given series after the x axis; time
+// charts also show the weight updates.
+function chart(element, series, { time = true, yRange, bands, axis = {}, scales = {}, axes = [] } = {}) {
   const options = {
     width: Math.max(300, element.clientWidth),
     height: HEIGHT,
-    scales: { x: { time }, y: yRange ? { range: yRange } : { range: (u, low, high) => [0, Math.max(1, high * 1.1)] } },
+    scales: {
+      x: { time },
+      y: yRange ? { range: yRange } : { range: (u, low, high) => [0, Math.max(1, high * 1.1)] },
+      ...scales,
+    },
     series: [{ label: time ? "time" : "step", value: time ? "{HH}:{mm}:{ss}" : undefined }, ...series],
-    axes: [time ? { space: 70, values: (u, splits) => splits.map(clock) } : {}, { size: 56, ...axis }],
+    axes: [time ? { space: 70, values: (u, splits) => splits.map(clock) } : { incrs: STEP_INCRS }, { size: 56, ...axis }, ...axes],
     bands,
     legend: { live: true },
     cursor: { drag: { x: true, y: false } },
+    plugins: time ? [weightSpansPlugin()] : [],
   };
   const plot = new uPlot(options, [[], ...series.map(() => [])], element);
   new ResizeObserver(() => plot.setSize({ width: Math.max(300, element.clientWidth), height: HEIGHT })).observe(element);
@@ -111,6 +197,45 @@ export function singleChart(element, label, colour, { digits = 1, ratio = false 
     ? { yRange: [0, 1], axis: { values: (u, splits) => splits.map((v) => `${Math.round(v * 100)}%`) } }
     : {};
   return chart(element, [line(label, colour, { value })], options);
+}
+
+// Per written step: the batch's mean reward with a band of one standard deviation either
+// side, and the policy version the step was written under, stepped, on its own axis at the
+// right. Columns: see REWARD_FIELDS.
+export const REWARD_FIELDS = ["reward_mean", "reward_high", "reward_low", "policy_version"];
+export function rewardChart(element) {
+  const meanValue = (u, v, si, idx) => {
+    if (v === null || v === undefined) return "–";
+    const high = idx === null || idx === undefined ? null : u.data[2][idx];
+    return typeof high === "number" ? `${v.toFixed(3)} ± ${(high - v).toFixed(3)}` : v.toFixed(3);
+  };
+  const rewardRange = (u, low, high) => {
+    if (low === null || high === null) return [0, 1];
+    const pad = Math.max(high - low, 0.1) * 0.08;
+    return [Math.min(0, low - pad), high + pad];
+  };
+  const versionRange = (u, low, high) => {
+    if (low === null || high === null) return [0, 1];
+    return [Math.max(-0.25, low - 0.25), Math.max(high + 0.25, low + 1)];
+  };
+  const reward = "#2e9e44";
+  return chart(element, [
+    line("mean reward ± std", reward, { width: 2, value: meanValue, points: { show: true, size: 5, fill: reward } }),
+    line("", "rgba(46, 158, 68, 0.35)", { width: 1, class: "band-edge" }),
+    line("", "rgba(46, 158, 68, 0.35)", { width: 1, class: "band-edge" }),
+    line("policy version", "#8a3ffc", { width: 2, paths: stepped(), scale: "v", points: { show: true, size: 5, fill: "#8a3ffc" }, value: (u, v) => (v === null || v === undefined ? "–" : `v${v}`) }),
+  ], {
+    time: false,
+    yRange: rewardRange,
+    axis: { values: (u, splits) => splits.map((v) => v.toFixed(2)) },
+    bands: [{ series: [2, 3], fill: "rgba(46, 158, 68, 0.14)" }],
+    scales: { v: { range: versionRange } },
+    axes: [{
+      scale: "v", side: 1, size: 44, stroke: "#8a3ffc", grid: { show: false },
+      incrs: STEP_INCRS,
+      values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? `v${v}` : "")),
+    }],
+  });
 }
 
 export function stepsChart(element) {

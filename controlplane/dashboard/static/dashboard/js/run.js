@@ -21,7 +21,11 @@ const $ = (id) => document.getElementById(id);
 const metrics = (window.pacerMetrics = { clickToDecisionMs: [], deliveryMs: [], opens: 0, backfills: 0 });
 const capRows = new TimeRows({ windowS: WINDOW_S, maxRows: MAX_ROWS });
 const engineRows = new TimeRows({ windowS: WINDOW_S, maxRows: MAX_ROWS });
-const steps = new Map();
+const steps = new Map(); // step number -> its record: seconds, reward mean and std, version
+// Each engine's newest weights decision (by engine name): what the Version column falls
+// back on when the live figures carry no version for it yet.
+const served = new Map(Object.entries(page.served).map(([engine, d]) => [engine, { ...d, atMs: Date.parse(d.at) }]));
+let lastEngines = null; // the newest poll's engines and warnings, redrawn as versions change
 const engineIds = []; // as the samples name them: "<engine>/<rank>", learnt from the data
 let lastDecision = null; // the newest decision seen: where a reconnect's backfill resumes
 let lastPollAt = null; // unix seconds of the newest engine sample seen
@@ -41,9 +45,11 @@ const plots = {
   preemptions: charts.singleChart($("chart-preemptions"), "preemptions/s", "#d1342f", { digits: 2 }),
   prefix: charts.singleChart($("chart-prefix"), "hit rate", "#138a8a", { ratio: true }),
   tokens: charts.singleChart($("chart-tokens"), "tokens/s", "#1b3a6b", { digits: 0 }),
+  reward: charts.rewardChart($("chart-reward")),
   steps: charts.stepsChart($("chart-steps")),
 };
 window.pacerPlots = plots; // for the browser tests, which read what the charts hold
+window.pacerWeightSpans = charts.weightSpans;
 const draw = charts.scheduler(() => {
   plots.cap.setData(capRows.table(charts.CAP_FIELDS));
   plots.kv.setData(engineRows.table(charts.kvFields(engineIds)));
@@ -52,7 +58,17 @@ const draw = charts.scheduler(() => {
   plots.prefix.setData(engineRows.table(["prefix"]));
   plots.tokens.setData(engineRows.table(["tokens"]));
   const numbers = [...steps.keys()].sort((a, b) => a - b);
-  plots.steps.setData([numbers, numbers.map((n) => steps.get(n))]);
+  const records = numbers.map((n) => steps.get(n));
+  const known = (v) => (typeof v === "number" ? v : null);
+  const spread = (r, sign) => (typeof r.reward_mean === "number" && typeof r.reward_std === "number" ? r.reward_mean + sign * r.reward_std : null);
+  plots.reward.setData([
+    numbers,
+    records.map((r) => known(r.reward_mean)),
+    records.map((r) => spread(r, 1)),
+    records.map((r) => spread(r, -1)),
+    records.map((r) => known(r.policy_version)),
+  ]);
+  plots.steps.setData([numbers, records.map((r) => known(r.seconds))]);
 });
 
 function knowEngines(ids) {
@@ -78,8 +94,33 @@ function addDecision(d) {
   if (!lastDecision || key[0] > lastDecision[0] || (key[0] === lastDecision[0] && key[1] > lastDecision[1])) lastDecision = key;
   const group = charts.KIND_GROUPS[d.kind] || "other";
   capRows.upsert(seconds(d.at), { cap: d.cap_after, shadow: d.shadow_after ?? null, [`m_${group}`]: d.cap_after });
+  if (d.kind === "weights") weightsDecision(d);
   panel.decision(d);
   draw();
+}
+
+// A weight update: a span on the time charts, and the engine's version on record for the
+// engine table, when it is newer than the one there.
+function weightsDecision(d) {
+  charts.addWeightSpan(d);
+  const version = d.figures?.version;
+  const atMs = Date.parse(d.at);
+  const known = served.get(d.engine);
+  if (!d.engine || typeof version !== "number" || (known && (known.atMs > atMs || (known.atMs === atMs && known.id > d.id)))) return;
+  served.set(d.engine, { id: d.id, at: d.at, atMs, version, reason: d.reason, alert: d.alert });
+  showEngines();
+}
+
+function showEngines() {
+  const { engines, warnings } = lastEngines ?? {
+    // Before the first poll: the engines the run names, with what their decisions say.
+    engines: page.engines.map((e) => ({ engine_id: e.engine_id, role: e.role })),
+    warnings: [],
+  };
+  renderEngines({
+    body: $("engine-table").tBodies[0], warningsBox: $("engine-warnings"), configured: page.engines,
+    engines, warnings, served, relays: page.relays_weights,
+  });
 }
 
 function addPoll(h) {
@@ -99,7 +140,8 @@ function addPoll(h) {
   });
   engineRows.upsert(t, row);
   lastPollAt = Math.max(lastPollAt ?? t, t);
-  renderEngines({ body: $("engine-table").tBodies[0], warningsBox: $("engine-warnings"), configured: page.engines, engines: h.engines, warnings: h.warnings });
+  lastEngines = { engines: h.engines, warnings: h.warnings };
+  showEngines();
   figures({ cap: h.cap, policy_cap: h.policy_cap, inflight_train: h.inflight_train, inflight_eval: h.inflight_eval, policy_version: h.policy_version, generation_tokens_per_s: h.generation_tokens_per_s });
   draw();
 }
@@ -134,11 +176,30 @@ function addBins(points, sinceS) {
   draw();
 }
 
+// A step from the API or the socket: fields one of them lacks (a step event from an older
+// worker has no std) keep what the other brought.
 function addStep(s) {
-  steps.set(s.step, s.seconds);
+  const record = { ...steps.get(s.step) };
+  for (const field of ["seconds", "reward_mean", "reward_std", "policy_version"]) {
+    if (typeof s[field] === "number") record[field] = s[field];
+  }
+  steps.set(s.step, record);
   while (steps.size > MAX_STEPS) steps.delete(Math.min(...steps.keys()));
   $("fig-step").textContent = String(Math.max(s.step, Number($("fig-step").textContent) || 0));
   draw();
+}
+
+// Where a backfill's steps start: the charts keep the last MAX_STEPS, and steps do not change
+// once written, so a reconnect reads only those after the ones it has without a gap (a step
+// event lost while the socket was open is read again).
+function stepsAfter(newest) {
+  let after = Math.max(0, newest - MAX_STEPS);
+  const known = [...steps.keys()].filter((n) => n > after).sort((a, b) => a - b);
+  for (const n of known) {
+    if (n !== after + 1) break;
+    after = n;
+  }
+  return after || null;
 }
 
 function figures(f) {
@@ -214,7 +275,7 @@ async function backfill() {
     const windowStart = Date.now() / 1000 - WINDOW_S;
     const since = lastDecision ? String(lastDecision[1]) : new Date(windowStart * 1000).toISOString();
     for (const d of await getAllPages(withQuery(page.api.decisions, { since, page_size: 1000 }), 50)) addDecision(d);
-    for (const s of await getAllPages(withQuery(page.api.steps, { page_size: 1000 }), 50)) addStep(s);
+    for (const s of await getAllPages(withQuery(page.api.steps, { after: stepsAfter(run.step), page_size: 1000 }), 50)) addStep(s);
     // Polls happen only while a worker hosts the run; otherwise nothing live will follow.
     const first = ["running", "stopping"].includes(run.state) ? await polled : null;
     const series = await samplesBetween(lastPollAt ?? windowStart, first ? first.at : null);
@@ -238,6 +299,7 @@ function setStatus(status, delay) {
   }[status] || status;
 }
 
+showEngines();
 const socket = new LiveSocket(page.websocket, {
   onOpen: () => {
     metrics.opens += 1;
