@@ -245,8 +245,9 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Pacer API",
     "DESCRIPTION": (
         "Runs, their decisions, engine samples, steps and evaluation waves; operator commands; "
-        "engines. Authenticate with `Authorization: Token <key>` (or the dashboard's session). "
-        "Viewers read; operators also write."
+        "engines; alert rules and their deliveries. Authenticate with "
+        "`Authorization: Token <key>` (or the dashboard's session). Viewers read; operators "
+        "also write."
     ),
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
@@ -255,6 +256,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Choice sets that several fields share, under one name each.
+    "ENUM_NAME_OVERRIDES": {
+        "AlertKindEnum": "controlplane.alerts.models.KIND_CHOICES",
+        "RunStateEnum": "controlplane.runs.models.RunState",
+        "DeliveryStateEnum": "controlplane.alerts.models.DeliveryState",
+    },
 }
 
 # Failed sign-ins (dashboard and admin) before more are refused for a while, per user name and

@@ -91,3 +91,40 @@ def engine_table(engines: list[dict[str, Any]]) -> str:
     text = table(rows, ["NAME", "URL", "ROLE", "MAX_SEQS", "STATUS", "SEEN", "RUNS"])
     warnings = [f"warning: {e['name']}: {w}" for e in engines for w in e["warnings"]]
     return "\n".join([text, *warnings])
+
+
+def rule_table(rules: list[dict[str, Any]]) -> str:
+    if not rules:
+        return "no alert rules"
+    rows = [
+        [
+            r["id"],
+            r["name"],
+            r["body_format"],
+            "all" if r["run"] is None else r["run"],
+            "on" if r["enabled"] else "off",
+            ",".join(r["kinds"]),
+            r["url"],
+        ]
+        for r in rules
+    ]
+    return table(rows, ["ID", "NAME", "FORMAT", "RUNS", "ENABLED", "KINDS", "URL"])
+
+
+def delivery_table(deliveries: list[dict[str, Any]]) -> str:
+    if not deliveries:
+        return "no deliveries"
+    rows = [
+        [
+            short_time(d["created_at"]),
+            d["rule"],
+            d["run"],
+            d["kind"],
+            d["event"],
+            d["state"],
+            d["attempts"],
+            d["answer"],
+        ]
+        for d in deliveries
+    ]
+    return table(rows, ["AT", "RULE", "RUN", "KIND", "EVENT", "STATE", "ATTEMPTS", "ANSWER"])

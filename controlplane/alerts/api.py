@@ -13,7 +13,7 @@ from rest_framework import generics, serializers
 from rest_framework.request import Request
 
 from controlplane.alerts.conditions import AlertKind
-from controlplane.alerts.models import AlertEpisode, AlertRule, Delivery
+from controlplane.alerts.models import KIND_CHOICES, AlertEpisode, AlertRule, Delivery
 from controlplane.runs.api.runs import ERRORS
 from controlplane.runs.api.serializers import ErrorSerializer
 from controlplane.runs.models import Run
@@ -31,7 +31,7 @@ class AlertRuleSerializer(serializers.ModelSerializer):
         help_text="only this run's conditions; null: every run",
     )
     kinds = serializers.ListField(
-        child=serializers.ChoiceField(choices=[k.value for k in AlertKind]),
+        child=serializers.ChoiceField(choices=KIND_CHOICES),
         allow_empty=False,
         required=False,
         help_text="the conditions it fires on; every one when left out",

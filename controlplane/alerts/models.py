@@ -16,6 +16,7 @@ from django.db import models
 from controlplane.alerts.conditions import AlertKind, Thresholds
 
 DEFAULTS = Thresholds()
+KIND_CHOICES = [(kind.value, kind.value) for kind in AlertKind]
 
 
 def every_kind() -> list[str]:
@@ -75,7 +76,7 @@ class AlertRule(models.Model):
 class AlertEpisode(models.Model):
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="episodes")
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="alert_episodes")
-    kind = models.CharField(max_length=32, choices=[(k.value, k.value) for k in AlertKind])
+    kind = models.CharField(max_length=32, choices=KIND_CHOICES)
     key = models.CharField(max_length=200, blank=True, default="")
     summary = models.TextField()
     engines = models.JSONField(default=list)
