@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.paginator import Page, Paginator
 from django.db.models import OuterRef, Subquery
 
+from controlplane.alerts.models import AlertEpisode, AlertRule, Delivery
 from controlplane.runs.models import Decision, Engine, Run, StepRecord
 from workers.core.config.fields import ConfigError
 from workers.core.config.run import parse_run_config
@@ -208,3 +209,19 @@ def examples() -> list[Example]:
 
 def registered_engines() -> list[Engine]:
     return list(Engine.objects.order_by("name"))
+
+
+ALERTS_SHOWN = 50  # open episodes and deliveries on the Alerts page: the newest ones
+
+
+def alerts_page() -> dict[str, Any]:
+    """The rules, the conditions holding now, and the newest deliveries."""
+    return {
+        "rules": list(AlertRule.objects.all()),
+        "open_episodes": list(
+            AlertEpisode.objects.filter(resolved_at__isnull=True).select_related("rule")[
+                :ALERTS_SHOWN
+            ]
+        ),
+        "deliveries": list(Delivery.objects.select_related("episode__rule")[:ALERTS_SHOWN]),
+    }

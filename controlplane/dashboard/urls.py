@@ -14,4 +14,5 @@ urlpatterns = [
     path("signout/", views.SignOut.as_view(), name="signout"),
     path("runs/new/", views.run_new, name="run-new"),
     path("runs/<int:run_id>/", views.run_detail, name="run"),
+    path("alerts/", views.alerts, name="alerts"),
 ]

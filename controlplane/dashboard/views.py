@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from controlplane.alerts.conditions import AlertKind
 from controlplane.dashboard import reads
 from controlplane.health import check_database, check_redis
 from controlplane.runs import selectors
@@ -60,6 +61,17 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "checks": {"database": check_database(), "redis": check_redis()},
     }
     return render(request, "dashboard/runs.html", context)
+
+
+@login_required
+def alerts(request: HttpRequest) -> HttpResponse:
+    context = {
+        **_common(request),
+        **reads.alerts_page(),
+        "kinds": [kind.value for kind in AlertKind],
+        "page_data": {"api": {"rules": reverse("alerts-api:rule-list")}},
+    }
+    return render(request, "dashboard/alerts.html", context)
 
 
 @login_required

@@ -124,6 +124,7 @@ def test_every_page_keeps_to_the_content_security_policy(
     signed_in = {
         "/": "#runs tbody tr",
         "/runs/new/": "#config",
+        "/alerts/": "#rules-card",
         f"/runs/{run.pk}/": "#live-status:text('live')",  # the websocket is connect-src 'self'
         "/api/docs/": ".swagger-ui .info",
     }

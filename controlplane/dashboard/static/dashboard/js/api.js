@@ -52,6 +52,15 @@ export async function post(url, body, contentType = "application/json") {
   return answer(response);
 }
 
+export async function remove(url) {
+  const response = await send(url, {
+    method: "DELETE",
+    credentials: "same-origin",
+    headers: { Accept: "application/json", "X-CSRFToken": csrfToken() },
+  });
+  return answer(response);
+}
+
 // Every page of a cursor-paginated list, oldest first; stops after maxPages so a tab can
 // never page through a week of decisions at once.
 export async function getAllPages(url, maxPages = 20) {
