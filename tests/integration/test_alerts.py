@@ -129,7 +129,8 @@ def hosted_run(engines: list, name: str, **top: Any) -> Run:
     return run
 
 
-def test_an_engine_down_is_told_once_and_resolved_once_and_a_run_end_is_told(
+@pytest.mark.sqlite  # the quick start's database: the episode constraint holds there too
+def test_an_engine_down_is_told_once_and_resolved_once_in_json_and_in_slack(
     tmp_path: Path, queue: str, runs_dir: Path, operator: APIClient, alerts_worker: DbWorker
 ) -> None:
     with receiver(tmp_path, "slack") as slack, receiver(tmp_path, "json") as hook:
