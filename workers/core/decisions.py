@@ -60,6 +60,8 @@ class Cause(StrEnum):
     ENGINE_FAILING = "engine failing"  # an engine's episodes kept failing
     ENGINE_ANSWERS = "engine answers"  # an episode on an engine out of routing completed
     WEIGHTS = "weights"  # the trainer acknowledged a step with new weights
+    ENGINE_LOST = "engine lost"  # an engine was down past engine_lost_s: the pool is smaller
+    ENGINE_BACK = "engine back"  # a lost engine is up again: the pool is its size again
 
 
 class DecisionKind(StrEnum):
@@ -82,6 +84,7 @@ class DecisionKind(StrEnum):
     ENGINE_OUT = "engine-out"  # an engine's episodes kept failing: no new group goes to it
     ENGINE_BACK = "engine-back"  # an engine out of routing answered: it takes groups again
     WEIGHTS = "weights"  # an engine was brought to a new policy version (or failed to be)
+    RESCALE = "rescale"  # the pool's KV capacity changed (an engine lost or back): cap scaled
 
 
 @dataclass(frozen=True, slots=True)

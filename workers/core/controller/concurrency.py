@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from workers.core.controller.capacity import PoolCapacity
 from workers.core.controller.decision_records import GrowthLog, Moment
 from workers.core.controller.latches import DrainLatch, Freshness, RequestWatch
 from workers.core.controller.overrides import Overrides
@@ -52,6 +53,10 @@ class Controller:
     - Weight updates (``LoadSample.updating``): an engine paused by the run's relay, or just
       resumed, gives no numbers and is not stale; a poll whose only silent engines are
       updating decides nothing and restarts the stall clock instead of freezing.
+    - Engines lost and back (``PoolCapacity``): an engine down for ``engine_lost_s`` no
+      longer counts in the pool's KV capacity, and the cap is rescaled in proportion to what
+      is left (a ``rescale`` decision); when it is up again the cap is rescaled back. The
+      policy forgets what it had learnt of the old pool's limits (``Policy.pool_changed``).
     - Operator commands: ``pin(cap, ttl)`` holds the real cap until ``release`` or the TTL
       while the policy runs on in the shadow, which grows only on evidence; ``set(cap)`` moves
       the cap once and ends a pin.
@@ -72,6 +77,7 @@ class Controller:
         self._drain = DrainLatch()
         self._freshness = Freshness(config.poll_ttl)
         self._requests = RequestWatch(config.over_permit_polls)
+        self._capacity = PoolCapacity(config.engine_lost_s)
         self._grow_log = GrowthLog()
         self._turnover = 0.0
         self._overrides = Overrides(config.min_inflight, config.max_inflight)
@@ -131,6 +137,7 @@ class Controller:
     ) -> tuple[Decision, ...]:
         """One poll of every engine. Bad samples raise ValueError and change nothing."""
         check_inflight(inflight)
+        samples = tuple(samples)
         poll = PollSummary.from_samples(samples, now)
         self._freshness.start(now)
         self._grow_log.new_interval()
@@ -140,6 +147,7 @@ class Controller:
         out += self._expire_pin(now)
         if not self._bootstrapped:
             out += self._bootstrap(poll, now)
+        out += self._rescale(samples, now)
         if poll.blind:
             self._reading, self._growth = None, 1.0
             if poll.paused:
@@ -264,6 +272,24 @@ class Controller:
         moment = self._moment(now)
         return (moment.policy_record(DecisionKind.BOOTSTRAP, Cause.START, detail, before=before),)
 
+    def _rescale(self, samples: tuple[LoadSample, ...], now: float) -> tuple[Decision, ...]:
+        change = self._capacity.observe(samples, now)
+        if change is None or not self._bootstrapped:
+            return ()
+        before = self._policy_cap()
+        self._level = self._bounded(self._level * change.factor)
+        self.policy.pool_changed()
+        if change.lost:
+            what = f"{_names(change.lost)} lost (down {change.down_s:.0f} s)"
+        else:
+            what = f"{_names(change.back)} back"
+        if change.lost and change.back:
+            what += f", {_names(change.back)} back"
+        detail = f"{what}: KV {_tokens(change.before)} -> {_tokens(change.after)} tokens"
+        cause = Cause.ENGINE_LOST if change.after < change.before else Cause.ENGINE_BACK
+        moment = self._moment(now)
+        return (moment.policy_record(DecisionKind.RESCALE, cause, detail, before=before),)
+
     def _release_drain(
         self, reading: Reading, poll: PollSummary, now: float
     ) -> tuple[Decision, ...]:
@@ -364,6 +390,15 @@ class Controller:
 
     def _bounded(self, level: float) -> float:
         return min(float(self.config.max_inflight), max(float(self.config.min_inflight), level))
+
+
+def _names(engines: tuple[str, ...]) -> str:
+    return ", ".join(engines)
+
+
+def _tokens(count: int) -> str:
+    """KV tokens as people say them: 131k, 1.2M."""
+    return f"{count / 1e6:.1f}M" if count >= 1_000_000 else f"{count / 1000:.0f}k"
 
 
 def _incomplete_not_clear(reading: Reading, poll: PollSummary) -> Reading:

@@ -32,6 +32,10 @@ class ControllerConfig:
     # caps doubled between two 1 s polls on real vLLM, then cut); 0 keeps the reference's
     # unbounded growth between polls. At 5 s polls and minute-long episodes it never binds.
     turnovers_per_poll: float = 1.0
+    # An engine down this long is lost: the cap is rescaled to the KV capacity left, and back
+    # when it returns. A vLLM restart with a small model takes about 30 s, which is no loss;
+    # 0 never counts an engine out (the reference's behaviour).
+    engine_lost_s: float = 60.0
 
     def __post_init__(self) -> None:
         check_range("min_inflight", self.min_inflight, 1, MAX_CAP)
@@ -48,6 +52,7 @@ class ControllerConfig:
         check_range("over_permit_polls", self.over_permit_polls, 1, 1000)
         check_range("drain_stuck_polls", self.drain_stuck_polls, 0, 1000)
         check_range("turnovers_per_poll", self.turnovers_per_poll, 0.0, 1000.0)
+        check_range("engine_lost_s", self.engine_lost_s, 0.0, 86_400.0)
 
 
 @dataclass(frozen=True, slots=True)

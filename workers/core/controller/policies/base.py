@@ -85,6 +85,11 @@ class Policy(Protocol):
         """A trim or a cut for this poll, asked only when the controller may act on one."""
         ...
 
+    def pool_changed(self) -> None:
+        """An engine was lost or came back and the cap was rescaled: what the policy learnt of
+        the old pool's limits (a knee, a frontier, a throughput epoch) no longer holds."""
+        ...
+
     def to_json(self) -> dict[str, Any]:
         """The state worth keeping across a worker restart."""
         ...

@@ -35,6 +35,9 @@ class FixedPolicy:
     def propose(self, reading: Reading, pool: PoolView) -> Proposal | None:
         return None
 
+    def pool_changed(self) -> None:
+        """A fixed cap is held by the bounds; the rescale cannot move it either."""
+
     def to_json(self) -> dict[str, Any]:
         return {"overload": self._overload.to_json()}
 

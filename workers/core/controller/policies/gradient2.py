@@ -109,6 +109,9 @@ class Gradient2Policy:
         self._figures = {"latency_short": short, "latency_long": long, "gradient": gradient}
         return limit * (1.0 - cfg.smoothing) + wanted * cfg.smoothing
 
+    def pool_changed(self) -> None:
+        """Its long-term latency is per token and request, which a smaller pool keeps."""
+
     def to_json(self) -> dict[str, Any]:
         return {"long": self._long}
 

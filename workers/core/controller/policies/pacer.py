@@ -345,6 +345,13 @@ class PacerPolicy:
             figures["probe_rate"] = anchor.rate
         return figures
 
+    def pool_changed(self) -> None:
+        """The knee, the frontier and the throughput anchor were levels of the old pool; the
+        hit-rate baseline too (another pool caches another share). The new pool earns its own."""
+        self._knee = self._frontier = self._hold_until = self._hit_baseline = None
+        self._settling = False
+        self._probe.forget()
+
     def to_json(self) -> dict[str, Any]:
         return {
             "overload": self._overload.to_json(),

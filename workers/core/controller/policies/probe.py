@@ -105,6 +105,11 @@ class ThroughputProbe:
         self._polls = 0
         self._whole = True
 
+    def forget(self) -> None:
+        """Drop the anchor and the epoch in progress: they measured another pool."""
+        self._anchor = None
+        self._index = None
+
     def to_json(self) -> dict[str, Any]:
         anchor = self._anchor
         return {"anchor": None if anchor is None else [anchor.inflight, anchor.rate]}

@@ -118,6 +118,9 @@ class ReferencePolicy:
             DecisionKind.TRIM, level, usage > cfg.shed_kv_usage, Cause.KV_PRESSURE, detail
         )
 
+    def pool_changed(self) -> None:
+        """Nothing it keeps is a level of the old pool: its streaks read the engines now."""
+
     def to_json(self) -> dict[str, Any]:
         return {"overload": self._overload.to_json(), "polls_since_trim": self._trim_rest.since}
 

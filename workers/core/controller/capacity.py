@@ -1,0 +1,76 @@
+"""The KV capacity the cap is sized for, as engines are lost and come back.
+
+The cap is a number of episodes for a pool of engines; when one of three engines dies for
+good, the same cap on two engines is half as much again per engine, and the policy would
+have to find that out by overloading them. So an engine down for ``lost_s`` no longer counts:
+the cap is rescaled by the pool's KV capacity without it, and again when it is back up. A
+short outage (a restart, a network blip) is not a loss: the breaker and the routing already
+keep new groups off it, and a rescale for every blip would throw the policy's level about.
+
+Per engine id (``<endpoint>/<rank>``), from each poll's samples: the last KV capacity an
+engine reported, and since when it has been down. A stale engine is neither: its server
+answers, only its numbers lag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from workers.core.samples import EngineHealth, LoadSample
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityChange:
+    before: int  # KV tokens of the engines counted before this poll
+    after: int
+    lost: tuple[str, ...]  # engines no longer counted, down this long at least
+    back: tuple[str, ...]  # engines counted again
+    down_s: float  # how long the lost engines had been down (the longest)
+
+    @property
+    def factor(self) -> float:
+        return self.after / self.before
+
+
+class PoolCapacity:
+    def __init__(self, lost_s: float) -> None:
+        self.lost_s = lost_s  # 0: engines are never counted out
+        self._tokens: dict[str, int] = {}
+        self._down_since: dict[str, float] = {}
+        self._lost: set[str] = set()
+
+    def observe(self, samples: Iterable[LoadSample], now: float) -> CapacityChange | None:
+        """This poll's change to the counted capacity: only engines lost or back change it (an
+        engine that reports another capacity while up is the start cap's business)."""
+        was_lost = set(self._lost)
+        back: list[str] = []
+        for sample in samples:
+            engine = sample.engine_id
+            if sample.kv_capacity_tokens:
+                self._tokens[engine] = sample.kv_capacity_tokens
+            if sample.health is EngineHealth.DOWN and not sample.updating:
+                self._down_since.setdefault(engine, now)
+            elif sample.health is EngineHealth.UP:
+                self._down_since.pop(engine, None)
+                if engine in self._lost:
+                    self._lost.discard(engine)
+                    back.append(engine)
+        lost = []
+        if self.lost_s > 0:
+            lost = [
+                engine
+                for engine, since in self._down_since.items()
+                if engine not in self._lost and now - since >= self.lost_s
+            ]
+        self._lost.update(lost)
+        if not lost and not back:
+            return None
+        before, after = self._counted(was_lost), self._counted(self._lost)
+        if after == before or not before or not after:
+            return None  # nothing to scale from or to (every engine lost: the run's end)
+        down_s = max((now - self._down_since[e] for e in lost), default=0.0)
+        return CapacityChange(before, after, tuple(sorted(lost)), tuple(sorted(back)), down_s)
+
+    def _counted(self, lost: set[str]) -> int:
+        return sum(tokens for engine, tokens in self._tokens.items() if engine not in lost)
