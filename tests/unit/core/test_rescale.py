@@ -57,6 +57,14 @@ def test_an_engine_down_past_the_lost_time_takes_its_share_of_the_cap_and_gives_
     assert back.reason.endswith("e2 back: KV 262k -> 393k tokens")
 
 
+def test_a_return_gives_back_no_more_than_the_whole_pool_held() -> None:
+    ctl = started(engine_lost_s=10.0)
+    polls(ctl, DOWN, 5.0, 3)  # lost at 15 s: 150 -> 100
+    ctl.set(140, now=20.0)  # the two engines left were found to take 140
+    (back,) = polls(ctl, UP, 25.0, 1)
+    assert (back.cap_before, back.cap_after) == (140, 150)  # not 140 x 1.5 = 210
+
+
 def test_a_stale_engine_is_not_down_and_a_blip_is_forgotten() -> None:
     ctl = started(engine_lost_s=20.0)
     assert polls(ctl, STALE, 5.0, 10) == []
@@ -91,17 +99,34 @@ def test_the_policy_forgets_the_old_pool_s_knee_and_frontier() -> None:
 
 def test_every_engine_lost_is_the_run_s_end_not_a_rescale_to_zero() -> None:
     capacity = PoolCapacity(lost_s=10.0)
-    assert capacity.observe([sample("e0")], 0.0) is None
+    assert capacity.observe([sample("e0")], 0.0, 10.0) is None
     for now in (5.0, 10.0, 15.0, 20.0):
-        assert capacity.observe([sample("e0", health=DOWN)], now) is None
+        assert capacity.observe([sample("e0", health=DOWN)], now, 10.0) is None
 
 
 def test_an_engine_on_two_ranks_counts_each_rank() -> None:
     capacity = PoolCapacity(lost_s=10.0)
     up = [sample("a/0", capacity=100), sample("a/1", capacity=100), sample("b/0", capacity=200)]
-    capacity.observe(up, 0.0)
+    capacity.observe(up, 0.0, 10.0)
     down = [sample("a/0", health=DOWN, capacity=100), *up[1:]]
-    capacity.observe(down, 5.0)
-    change = capacity.observe(down, 15.0)
+    capacity.observe(down, 5.0, 10.0)
+    change = capacity.observe(down, 15.0, 8.0)
     assert change is not None and (change.before, change.after, change.lost) == (400, 300, ("a/0",))
     assert change.factor == pytest.approx(0.75)
+    assert change.level_then == 10.0  # the level when a/0 went down, not at its loss
+
+
+def test_a_cap_the_policy_cut_already_for_the_lost_engine_is_not_cut_for_it_again() -> None:
+    ctl = started(engine_lost_s=60.0)
+    polls(ctl, DOWN, 5.0, 2)  # e2 went down at cap 150
+    ctl.set(120, now=12.0)  # the policy (here an operator) took 30 off meanwhile
+    (lost,) = polls(ctl, DOWN, 65.0, 1)
+    assert (lost.cap_before, lost.cap_after) == (120, 100)  # 150 x 2/3, not 120 x 2/3
+    assert polls(ctl, DOWN, 75.0, 3) == []  # no second rescale while it stays down
+
+
+def test_a_latency_policy_is_not_rescaled() -> None:
+    from workers.core.controller.policies.gradient2 import Gradient2Policy
+
+    ctl = started(Gradient2Policy(), engine_lost_s=10.0)
+    assert polls(ctl, DOWN, 5.0, 5) == []

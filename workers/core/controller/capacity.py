@@ -27,6 +27,11 @@ class CapacityChange:
     lost: tuple[str, ...]  # engines no longer counted, down this long at least
     back: tuple[str, ...]  # engines counted again
     down_s: float  # how long the lost engines had been down (the longest)
+    # The cap's level when the first of the lost engines went down (by the time an engine
+    # counts as lost the policy may have cut for it already: the loss is scaled from here),
+    # or, for engines back, the level the pool had before they were lost (the most a return
+    # gives back: the whole pool again, not more than it held).
+    level_then: float | None = None
 
     @property
     def factor(self) -> float:
@@ -39,8 +44,11 @@ class PoolCapacity:
         self._tokens: dict[str, int] = {}
         self._down_since: dict[str, float] = {}
         self._lost: set[str] = set()
+        self._level_at_down: dict[str, float] = {}
 
-    def observe(self, samples: Iterable[LoadSample], now: float) -> CapacityChange | None:
+    def observe(
+        self, samples: Iterable[LoadSample], now: float, level: float
+    ) -> CapacityChange | None:
         """This poll's change to the counted capacity: only engines lost or back change it (an
         engine that reports another capacity while up is the start cap's business)."""
         was_lost = set(self._lost)
@@ -51,9 +59,12 @@ class PoolCapacity:
                 self._tokens[engine] = sample.kv_capacity_tokens
             if sample.health is EngineHealth.DOWN and not sample.updating:
                 self._down_since.setdefault(engine, now)
+                self._level_at_down.setdefault(engine, level)
             elif sample.health is EngineHealth.UP:
                 self._down_since.pop(engine, None)
-                if engine in self._lost:
+                if engine not in self._lost:
+                    self._level_at_down.pop(engine, None)
+                else:
                     self._lost.discard(engine)
                     back.append(engine)
         lost = []
@@ -70,7 +81,10 @@ class PoolCapacity:
         if after == before or not before or not after:
             return None  # nothing to scale from or to (every engine lost: the run's end)
         down_s = max((now - self._down_since[e] for e in lost), default=0.0)
-        return CapacityChange(before, after, tuple(sorted(lost)), tuple(sorted(back)), down_s)
+        then = max((self._level_at_down[e] for e in lost or back), default=None)
+        for engine in back:
+            self._level_at_down.pop(engine, None)
+        return CapacityChange(before, after, tuple(sorted(lost)), tuple(sorted(back)), down_s, then)
 
     def _counted(self, lost: set[str]) -> int:
         return sum(tokens for engine, tokens in self._tokens.items() if engine not in lost)

@@ -273,11 +273,18 @@ class Controller:
         return (moment.policy_record(DecisionKind.BOOTSTRAP, Cause.START, detail, before=before),)
 
     def _rescale(self, samples: tuple[LoadSample, ...], now: float) -> tuple[Decision, ...]:
-        change = self._capacity.observe(samples, now)
-        if change is None or not self._bootstrapped:
+        change = self._capacity.observe(samples, now, self._level)
+        if change is None or not self._bootstrapped or not self.policy.rescaled:
             return ()
         before = self._policy_cap()
-        self._level = self._bounded(self._level * change.factor)
+        then = change.level_then
+        if change.lost:  # from the level when it went down: the policy may have cut for it
+            start = self._level if then is None else then
+            level = min(self._level, start * change.factor)
+        else:  # up by its share, but to no more than the whole pool held before the loss
+            level = self._level * change.factor
+            level = level if then is None else max(self._level, min(level, then))
+        self._level = self._bounded(level)
         self.policy.pool_changed()
         if change.lost:
             what = f"{_names(change.lost)} lost (down {change.down_s:.0f} s)"

@@ -76,6 +76,9 @@ class Policy(Protocol):
     """One way of sizing the cap. Stateful, deterministic, free of I/O."""
 
     name: ClassVar[str]
+    # Whether the controller rescales the cap when an engine is lost or back: a policy whose
+    # reading already scales with the pool (per-request latency) would be cut twice.
+    rescaled: ClassVar[bool]
 
     def read(self, poll: PollSummary, pool: PoolView) -> Reading:
         """Read one usable poll (never a blind one); called on every such poll, draining or not."""

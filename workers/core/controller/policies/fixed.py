@@ -20,6 +20,7 @@ class FixedPolicy:
     """Reads like the reference, never proposes, never grows."""
 
     name: ClassVar[str] = "fixed"
+    rescaled: ClassVar[bool] = True
 
     def __init__(self, signals: ReferenceConfig | None = None) -> None:
         self._signals = signals or ReferenceConfig()

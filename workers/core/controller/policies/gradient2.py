@@ -62,6 +62,7 @@ class Gradient2Policy:
     """Grows while per-token latency stays near its long-term level, shrinks as it rises."""
 
     name: ClassVar[str] = "gradient2"
+    rescaled: ClassVar[bool] = False  # its latency reading follows a lost engine at once
 
     def __init__(self, config: Gradient2Config | None = None) -> None:
         self.config = config or Gradient2Config()
@@ -110,7 +111,8 @@ class Gradient2Policy:
         return limit * (1.0 - cfg.smoothing) + wanted * cfg.smoothing
 
     def pool_changed(self) -> None:
-        """Its long-term latency is per token and request, which a smaller pool keeps."""
+        """Never called (``rescaled`` is False): its long-term latency is per token and
+        request, which a smaller pool keeps."""
 
     def to_json(self) -> dict[str, Any]:
         return {"long": self._long}

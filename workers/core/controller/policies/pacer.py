@@ -128,6 +128,7 @@ class PacerPolicy:
     """
 
     name: ClassVar[str] = "pacer"
+    rescaled: ClassVar[bool] = True
 
     def __init__(self, config: PacerConfig | None = None) -> None:
         self.config = cfg = config or PacerConfig()

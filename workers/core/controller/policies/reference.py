@@ -78,6 +78,7 @@ class ReferencePolicy:
     """
 
     name: ClassVar[str] = "reference"
+    rescaled: ClassVar[bool] = True
 
     def __init__(self, config: ReferenceConfig | None = None) -> None:
         self.config = config or ReferenceConfig()
