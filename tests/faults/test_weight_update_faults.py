@@ -131,3 +131,32 @@ def test_an_engine_a_dead_host_left_paused_on_the_new_version_is_resumed_by_the_
     assert len(found) == 1, [d.reason for d in weights_decisions(run)]  # the other: serving
     assert found[0].figures["version"] == 1 and not found[0].alert
     assert "version 1 pushed again" in found[0].reason
+
+
+def test_a_trainer_that_stops_acknowledging_fails_the_run_on_its_timeout_saying_so(
+    tmp_path: Path, queue: str, runs_dir: Path
+) -> None:
+    """The trainer acknowledges step 1 with weights, then dies: the run waits its
+    ack_timeout_s for step 2 and fails with that reason, the engines left serving version 1
+    and resumed, the step written and its record kept."""
+    api = trainer_client()
+    with sim_engines(tmp_path, 2, "--reload-s", "0.3", env=DEV) as engines:
+        document = run_document(engines, max_steps=STEPS)
+        document["trainer"] = {"mode": "external", "ack_timeout_s": 4, "updates": "sync"}
+        run = Run.objects.create(name="trainer-died", config=document, state=RunState.QUEUED)
+        worker = start_worker(tmp_path, "a", queue, runs_dir)
+        try:
+            enqueue(run.pk)
+            step_written(run, 1)
+            ack(api, run, 1)
+            every_engine_serves(engines, 1, timeout=30)
+            step_written(run, 2)
+            wait_for(lambda: Run.objects.get(pk=run.pk).is_ended, 60, "the run to fail")
+        finally:
+            stop_workers(worker)
+        assert {served(e.url) for e in engines} == {"1"}
+        assert not any(paused(e.url) for e in engines)
+    run.refresh_from_db()
+    assert run.state == RunState.FAILED
+    assert run.error == "the trainer did not acknowledge step 2 within 4 s", run.error
+    assert run.step == 2 and run.policy_version == 1
