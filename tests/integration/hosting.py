@@ -171,6 +171,20 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str, every: float
         time.sleep(every)
 
 
+def operator_api(username: str) -> Any:
+    """An API client signed in as a new operator (DRF's test client, in this process)."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    from controlplane.runs.roles import grant
+
+    user = get_user_model().objects.create_user(username=username, password="pw")
+    grant(user, "operator")
+    api = APIClient()
+    api.force_authenticate(user)
+    return api
+
+
 def run_document(engines: list[SimEngine], **top: Any) -> dict[str, Any]:
     """A small multi-turn run on ``engines``: quick steps, fast polls."""
     document: dict[str, Any] = {

@@ -17,17 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from controlplane.alerts.models import AlertEpisode, Delivery
 from controlplane.runs.models import Run, RunState
-from controlplane.runs.roles import grant
 from controlplane.runs.services import enqueue
 from tests.conftest import REPO_ROOT, VENV_BIN, free_port, stop_process_group
 from tests.integration.hosting import (
     DbWorker,
     end_run,
+    operator_api,
     run_document,
     sim_engines,
     start_sim,
@@ -90,11 +89,7 @@ def _listening(port: int) -> bool:
 
 @pytest.fixture
 def operator() -> APIClient:
-    user = get_user_model().objects.create_user(username="oncall", password="pw")
-    grant(user, "operator")
-    api = APIClient()
-    api.force_authenticate(user)
-    return api
+    return operator_api("oncall")
 
 
 @pytest.fixture

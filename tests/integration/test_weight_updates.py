@@ -17,14 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from controlplane.runs.models import Decision, EngineSample, Run, RunState, StepRecord
-from controlplane.runs.roles import grant
 from controlplane.runs.services import enqueue
 from tests.integration.hosting import (
     SimEngine,
+    operator_api,
     run_document,
     sim_engines,
     start_sim,
@@ -95,11 +94,7 @@ def ack(api: APIClient, run: Run, step: int) -> None:
 
 
 def trainer_client() -> APIClient:
-    trainer = get_user_model().objects.create_user(username="trainer", password="pw")
-    grant(trainer, "operator")
-    api = APIClient()
-    api.force_authenticate(trainer)
-    return api
+    return operator_api("trainer")
 
 
 def step_written(run: Run, step: int, *, timeout: float = 90) -> None:
