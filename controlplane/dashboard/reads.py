@@ -23,6 +23,7 @@ from django.db.models import OuterRef, Subquery
 
 from controlplane.alerts.models import AlertEpisode, AlertRule, Delivery
 from controlplane.runs.models import Decision, Engine, Run, StepRecord
+from controlplane.runs.selectors import policy_name
 from workers.core.config.fields import ConfigError
 from workers.core.config.run import parse_run_config
 from workers.core.controller.policies.pacer import PacerConfig
@@ -103,17 +104,11 @@ def kv_lines(config: Any) -> KvLines:
     try:
         concurrency = parse_run_config(config).concurrency
     except ConfigError:
-        policy = _policy_name(config)
+        policy = policy_name(config)
         lines = PacerConfig() if policy == "pacer" else ReferenceConfig()
         return KvLines(policy, lines.trim_kv_usage, lines.shed_kv_usage)
     chosen = concurrency.pacer if concurrency.policy == "pacer" else concurrency.reference
     return KvLines(concurrency.policy, chosen.trim_kv_usage, chosen.shed_kv_usage)
-
-
-def _policy_name(config: Any) -> str:
-    concurrency = config.get("concurrency") if isinstance(config, dict) else None
-    policy = concurrency.get("policy") if isinstance(concurrency, dict) else None
-    return policy if policy in ("pacer", "reference", "fixed", "gradient2") else "pacer"
 
 
 def observe_only(config: Any) -> bool:
