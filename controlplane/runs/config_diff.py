@@ -31,8 +31,9 @@ class Difference:
 
 
 def differences(configs: Sequence[Any]) -> list[Difference]:
-    """Every leaf path whose value is not the same in all ``configs``, in the order the
-    paths first appear (the first config's order, then fields only later ones have)."""
+    """Every leaf path whose value is not the same in all ``configs``: a table's keys in
+    sorted order, an array's items by index, so the answer is the same whatever order a
+    database keeps a JSON document's keys in (PostgreSQL's jsonb sorts them its own way)."""
     found: list[Difference] = []
     _walk("", tuple(configs), found)
     return found
@@ -41,10 +42,7 @@ def differences(configs: Sequence[Any]) -> list[Difference]:
 def _walk(path: str, values: tuple[Any, ...], found: list[Difference]) -> None:
     present = [v for v in values if v is not ABSENT]
     if present and all(isinstance(v, dict) for v in present):
-        keys: dict[str, None] = {}
-        for value in present:
-            keys.update(dict.fromkeys(str(k) for k in value))
-        for key in keys:
+        for key in sorted({key for value in present for key in value}):
             inner = tuple(ABSENT if v is ABSENT else v.get(key, ABSENT) for v in values)
             _walk(f"{path}.{key}" if path else key, inner, found)
         return
