@@ -23,7 +23,7 @@ from django.db.models import OuterRef, Subquery
 
 from controlplane.alerts.models import AlertEpisode, AlertRule, Delivery
 from controlplane.runs.models import Decision, Engine, Run, StepRecord
-from controlplane.runs.selectors import policy_name
+from controlplane.runs.selectors import max_steps, policy_name
 from workers.core.config.fields import ConfigError
 from workers.core.config.run import parse_run_config
 from workers.core.controller.policies.pacer import PacerConfig
@@ -64,7 +64,7 @@ def runs_page(number: str | int | None) -> tuple[Page, list[RunRow]]:
     ).annotate(latest_reward=Subquery(newest_step.values("reward_mean")[:1]))
     runs = runs.order_by("-created_at", "-id")
     page = Paginator(runs, RUNS_PER_PAGE).get_page(number)
-    rows = [RunRow(run, _max_steps(run.config), cap_sparkline(run)) for run in page.object_list]
+    rows = [RunRow(run, max_steps(run.config), cap_sparkline(run)) for run in page.object_list]
     return page, rows
 
 
@@ -81,11 +81,6 @@ def cap_sparkline(run: Run) -> list[list[float]]:
         if end is not None and end > points[-1][0]:
             points.append([end, float(run.cap)])
     return points
-
-
-def _max_steps(config: Any) -> int | None:
-    value = config.get("max_steps") if isinstance(config, dict) else None
-    return value if isinstance(value, int) else None
 
 
 @dataclass(frozen=True, slots=True)

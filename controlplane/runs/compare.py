@@ -33,7 +33,7 @@ class Comparison:
     differences: list[Difference]  # values in the same order as ``runs``
 
 
-def compare(run_ids: Sequence[int]) -> Comparison:
+def compare_runs(run_ids: Sequence[int]) -> Comparison:
     newest_step = StepRecord.objects.filter(run=OuterRef("pk")).order_by("-step")
     found = {
         run.pk: run

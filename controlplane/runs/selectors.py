@@ -82,6 +82,12 @@ def policy_name(config: Any) -> str:
     return policy if policy in POLICIES else "pacer"
 
 
+def max_steps(config: Any) -> int | None:
+    """The steps a stored config asks for; None when it says none (the schema's default)."""
+    value = config.get("max_steps") if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def trainer_mode(run: Run) -> str:
     trainer = run.config.get("trainer") if isinstance(run.config, dict) else None
     mode = trainer.get("mode") if isinstance(trainer, dict) else None

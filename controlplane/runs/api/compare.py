@@ -13,14 +13,14 @@ from controlplane.runs.api.exceptions import NamedNotFound
 from controlplane.runs.api.inputs import CompareFilters
 from controlplane.runs.api.runs import ERRORS
 from controlplane.runs.api.serializers import ComparisonSerializer, ErrorSerializer
-from controlplane.runs.compare import Comparison, NoSuchRuns, compare
+from controlplane.runs.compare import Comparison, NoSuchRuns, compare_runs
 from controlplane.runs.config_diff import ABSENT, Difference
 
 
 def comparison(run_ids: list[int]) -> Comparison:
     """The runs compared; a 404 naming those that do not exist."""
     try:
-        return compare(run_ids)
+        return compare_runs(run_ids)
     except NoSuchRuns as missing:
         raise NamedNotFound(str(missing)) from None
 

@@ -18,7 +18,7 @@ from controlplane.runs.models import (
     Run,
     StepRecord,
 )
-from controlplane.runs.selectors import POLICIES, policy_name
+from controlplane.runs.selectors import POLICIES, max_steps, policy_name
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -325,8 +325,7 @@ class CompareRunSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_max_steps(self, run: Run) -> int | None:
-        value = run.config.get("max_steps") if isinstance(run.config, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return max_steps(run.config)
 
     @extend_schema_field(serializers.DictField(child=serializers.URLField()))
     def get_links(self, run: Run) -> dict[str, str]:
