@@ -175,11 +175,7 @@ def compare(request: HttpRequest) -> HttpResponse:
             {
                 "id": run.pk,
                 "name": run.name,
-                "state": run.state,
                 "colour": index,
-                "start": (run.started_at or run.created_at).isoformat(),
-                "end": run.finished_at.isoformat() if run.finished_at else None,
-                "cap": run.cap,
                 "api": {
                     "run": reverse("api:run-detail", args=[run.pk]),
                     "decisions": reverse("api:run-decisions", args=[run.pk]),

@@ -82,11 +82,13 @@ async function load(run) {
   const startS = seconds(start);
   const decisions = await getAllPages(withQuery(run.api.decisions, { page_size: 1000 }), MAX_PAGES);
   const steps = await getAllPages(withQuery(run.api.steps, { page_size: 1000 }), MAX_PAGES);
-  const samples = await getJSON(withQuery(run.api.samples, { since: start, until: fresh.finished_at }));
-  const capped = capPoints(decisions, startS, fresh, Date.now() / 1000);
+  // An ended run's samples binned over its life alone (a run cancelled before it started has
+  // none after its start).
+  const until = fresh.finished_at && seconds(fresh.finished_at) > startS ? fresh.finished_at : null;
+  const samples = await getJSON(withQuery(run.api.samples, { since: start, until }));
   series.set(run.id, {
     state: fresh.state,
-    cap: capped,
+    cap: capPoints(decisions, startS, fresh, Date.now() / 1000),
     markers: decisions.map((d) => [seconds(d.at) - startS, d.cap_after]),
     ...binPoints(samples.points, startS),
     steps: steps.map((s) => ({ step: s.step, atS: seconds(s.written_at) - startS, seconds: s.seconds, reward: s.reward_mean })),
