@@ -4,6 +4,7 @@
     pacer runs create configs/demo.toml
     pacer runs list --state running
     pacer runs show 12
+    pacer runs compare 12 15
     pacer runs override 12 --pin 64 --ttl 10m --reason "KV tests"
     pacer runs decisions 12 --follow
     pacer runs stop 12
@@ -30,6 +31,7 @@ from pacer_cli.client import Api, ApiError, Unreachable
 from pacer_cli.durations import parse_duration
 from pacer_cli.follow import Follower, Refused
 from pacer_cli.output import (
+    comparison,
     decision_line,
     delivery_table,
     engine_table,
@@ -64,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=int, default=50)
     show = runs.add_parser("show", help="one run: state, cap, in flight, config")
     show.add_argument("run", type=int)
+    compare = runs.add_parser("compare", help="2 to 4 runs side by side, and how configs differ")
+    compare.add_argument("runs", type=int, nargs="+", metavar="RUN")
     override = runs.add_parser("override", help="pin, set or release the run's cap")
     override.add_argument("run", type=int)
     mode = override.add_mutually_exclusive_group(required=True)
@@ -187,6 +191,12 @@ class Cli:
     def runs_show(self) -> int:
         run = self.api.get(f"/api/runs/{self.args.run}/")
         self.emit(run, run_detail(run))
+        return 0
+
+    def runs_compare(self) -> int:
+        ids = ",".join(str(run) for run in self.args.runs)
+        body = self.api.get("/api/runs/compare/", runs=ids)
+        self.emit(body, comparison(body))
         return 0
 
     def runs_override(self) -> int:

@@ -1,7 +1,9 @@
-"""How the CLI prints what the API answers: tables for lists, one line per decision."""
+"""How the CLI prints what the API answers: tables for lists, one line per decision, runs
+side by side."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -128,3 +130,38 @@ def delivery_table(deliveries: list[dict[str, Any]]) -> str:
         for d in deliveries
     ]
     return table(rows, ["AT", "RULE", "RUN", "KIND", "EVENT", "STATE", "ATTEMPTS", "ANSWER"])
+
+
+def config_value(value: dict[str, Any]) -> str:
+    """One run's value of a differing config field: strings as they are, other values as
+    JSON (``null`` too), and a field the run's config lacks as ``(absent)``."""
+    if not value["present"]:
+        return "(absent)"
+    inner = value["value"]
+    return inner if isinstance(inner, str) else json.dumps(inner, separators=(", ", ": "))
+
+
+def comparison(body: dict[str, Any]) -> str:
+    """The runs' summaries, then their config fields that differ, a column per run."""
+    runs = body["runs"]
+    rows = [
+        [
+            r["id"],
+            r["name"],
+            r["state"],
+            r["policy"],
+            f"{r['step']}/{r['max_steps']}" if r["max_steps"] is not None else r["step"],
+            r["cap"],
+            f"{r['generation_tokens_per_s']:.0f}",
+            None if r["latest_reward"] is None else f"{r['latest_reward']:.3f}",
+            short_time(r["started_at"]),
+        ]
+        for r in runs
+    ]
+    header = ["ID", "NAME", "STATE", "POLICY", "STEP", "CAP", "TOK/S", "REWARD", "STARTED"]
+    summary = table(rows, header)
+    if not body["differences"]:
+        return f"{summary}\n\nconfigs: no differences"
+    fields = [[d["path"], *[config_value(v) for v in d["values"]]] for d in body["differences"]]
+    differences = table(fields, ["CONFIG", *[f"#{r['id']}" for r in runs]])
+    return f"{summary}\n\n{differences}"

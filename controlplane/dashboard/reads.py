@@ -23,6 +23,7 @@ from django.db.models import OuterRef, Subquery
 
 from controlplane.alerts.models import AlertEpisode, AlertRule, Delivery
 from controlplane.runs.models import Decision, Engine, Run, StepRecord
+from controlplane.runs.selectors import max_steps, policy_name
 from workers.core.config.fields import ConfigError
 from workers.core.config.run import parse_run_config
 from workers.core.controller.policies.pacer import PacerConfig
@@ -63,7 +64,7 @@ def runs_page(number: str | int | None) -> tuple[Page, list[RunRow]]:
     ).annotate(latest_reward=Subquery(newest_step.values("reward_mean")[:1]))
     runs = runs.order_by("-created_at", "-id")
     page = Paginator(runs, RUNS_PER_PAGE).get_page(number)
-    rows = [RunRow(run, _max_steps(run.config), cap_sparkline(run)) for run in page.object_list]
+    rows = [RunRow(run, max_steps(run.config), cap_sparkline(run)) for run in page.object_list]
     return page, rows
 
 
@@ -82,11 +83,6 @@ def cap_sparkline(run: Run) -> list[list[float]]:
     return points
 
 
-def _max_steps(config: Any) -> int | None:
-    value = config.get("max_steps") if isinstance(config, dict) else None
-    return value if isinstance(value, int) else None
-
-
 @dataclass(frozen=True, slots=True)
 class KvLines:
     """Where the run's policy trims the cap and where it also sheds episodes."""
@@ -103,17 +99,11 @@ def kv_lines(config: Any) -> KvLines:
     try:
         concurrency = parse_run_config(config).concurrency
     except ConfigError:
-        policy = _policy_name(config)
+        policy = policy_name(config)
         lines = PacerConfig() if policy == "pacer" else ReferenceConfig()
         return KvLines(policy, lines.trim_kv_usage, lines.shed_kv_usage)
     chosen = concurrency.pacer if concurrency.policy == "pacer" else concurrency.reference
     return KvLines(concurrency.policy, chosen.trim_kv_usage, chosen.shed_kv_usage)
-
-
-def _policy_name(config: Any) -> str:
-    concurrency = config.get("concurrency") if isinstance(config, dict) else None
-    policy = concurrency.get("policy") if isinstance(concurrency, dict) else None
-    return policy if policy in ("pacer", "reference", "fixed", "gradient2") else "pacer"
 
 
 def observe_only(config: Any) -> bool:

@@ -14,5 +14,6 @@ urlpatterns = [
     path("signout/", views.SignOut.as_view(), name="signout"),
     path("runs/new/", views.run_new, name="run-new"),
     path("runs/<int:run_id>/", views.run_detail, name="run"),
+    path("compare/", views.compare, name="compare"),
     path("alerts/", views.alerts, name="alerts"),
 ]

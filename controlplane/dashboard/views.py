@@ -16,6 +16,9 @@ from controlplane.alerts.conditions import AlertKind
 from controlplane.dashboard import reads
 from controlplane.health import check_database, check_redis
 from controlplane.runs import selectors
+from controlplane.runs.api.inputs import CompareFilters
+from controlplane.runs.compare import NoSuchRuns, compare_runs
+from controlplane.runs.config_diff import ABSENT
 from controlplane.runs.roles import is_operator, role_of
 from controlplane.signin_limits import ThrottledSignIn
 from workers.core.decisions import DecisionKind
@@ -137,3 +140,61 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "page_data": page_data,
     }
     return render(request, "dashboard/run_detail.html", context)
+
+
+@login_required
+def compare(request: HttpRequest) -> HttpResponse:
+    """Two to four runs on one page: the API's checks of ``runs``, each refusal said on the
+    page with the API's status; the series are read by the page's script from the API."""
+    filters = CompareFilters(data=request.GET.dict())
+    if not filters.is_valid():
+        refusal = " ".join(str(m) for m in filters.errors.get("runs", ["is wrong"]))
+        return _compare_refused(request, f"runs: {refusal}", 400)
+    try:
+        found = compare_runs(filters.validated_data["runs"])
+    except NoSuchRuns as missing:
+        return _compare_refused(request, str(missing), 404)
+    runs = [
+        {
+            "run": run,
+            "colour": index,
+            "policy": selectors.policy_name(run.config),
+            "max_steps": selectors.max_steps(run.config),
+        }
+        for index, run in enumerate(found.runs)
+    ]
+    differences = [
+        {
+            "path": d.path,
+            "cells": [{"absent": v is ABSENT, "value": v} for v in d.values],
+        }
+        for d in found.differences
+    ]
+    page_data = {
+        "runs": [
+            {
+                "id": run.pk,
+                "name": run.name,
+                "colour": index,
+                "api": {
+                    "run": reverse("api:run-detail", args=[run.pk]),
+                    "decisions": reverse("api:run-decisions", args=[run.pk]),
+                    "samples": reverse("api:run-samples", args=[run.pk]),
+                    "steps": reverse("api:run-steps", args=[run.pk]),
+                },
+            }
+            for index, run in enumerate(found.runs)
+        ],
+    }
+    context = {
+        **_common(request),
+        "runs": runs,
+        "differences": differences,
+        "page_data": page_data,
+    }
+    return render(request, "dashboard/compare.html", context)
+
+
+def _compare_refused(request: HttpRequest, refusal: str, status: int) -> HttpResponse:
+    context = {**_common(request), "refusal": refusal}
+    return render(request, "dashboard/compare.html", context, status=status)

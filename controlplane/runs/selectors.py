@@ -71,6 +71,23 @@ def run_cap_bounds(run: Run) -> tuple[int, int]:
     return low, high
 
 
+POLICIES = ("pacer", "reference", "fixed", "gradient2")
+
+
+def policy_name(config: Any) -> str:
+    """The concurrency policy a stored config names; ``pacer`` (the default) when it names
+    none, or one this version does not know."""
+    concurrency = config.get("concurrency") if isinstance(config, dict) else None
+    policy = concurrency.get("policy") if isinstance(concurrency, dict) else None
+    return policy if policy in POLICIES else "pacer"
+
+
+def max_steps(config: Any) -> int | None:
+    """The steps a stored config asks for; None when it says none (the schema's default)."""
+    value = config.get("max_steps") if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def trainer_mode(run: Run) -> str:
     trainer = run.config.get("trainer") if isinstance(run.config, dict) else None
     mode = trainer.get("mode") if isinstance(trainer, dict) else None

@@ -4,6 +4,7 @@ database): what it prints, what it sends, and its exit status."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -228,3 +229,68 @@ def test_exports_stream_over_asgi_in_chunks(live_server_api: LiveServer) -> None
     assert [d["id"] for d in as_json] == [d.pk for d in made]
     refused = httpx.get(url, params={"format": "xml"}, headers=headers, timeout=60)
     assert refused.status_code == 400 and refused.json()["errors"]["format"]
+
+
+def test_compare_prints_the_summaries_and_the_config_differences(
+    live_server_api: LiveServer,
+) -> None:
+    token = make_account("victor", "viewer").token
+    env = [{"name": "multiturn", "args": {"turns": 2}}]
+    first = make_run(
+        name="short",
+        config={"name": "short", "max_steps": 10, "env": env},
+        state=RunState.COMPLETED,
+        step=10,
+        cap=96,
+        generation_tokens_per_s=1234.4,
+    )
+    make_step(first, 10)  # reward_mean 0.25
+    second = make_run(
+        name="long",
+        config={
+            "name": "long",
+            "max_steps": 10,
+            "concurrency": {"policy": "reference", "reference": {"trim_kv_usage": 0.8}},
+            "env": [{"name": "multiturn", "args": {"turns": 4}}],
+        },
+        step=2,
+        cap=40,
+    )
+    code, out, err = pacer(live_server_api, token, "runs", "compare", str(first.pk), str(second.pk))
+    assert code == 0, err
+    summary, differences = out.rstrip("\n").split("\n\n")
+    header, one, other = summary.splitlines()
+    assert header.split() == [
+        "ID", "NAME", "STATE", "POLICY", "STEP", "CAP", "TOK/S", "REWARD", "STARTED"
+    ]  # fmt: skip
+    assert one.split() == [str(first.pk), "short", "completed", "pacer", "10/10", "96", "1234",
+                           "0.250", "-"]  # fmt: skip
+    assert other.split() == [str(second.pk), "long", "running", "reference", "2/10", "40", "0",
+                             "-", "-"]  # fmt: skip
+    assert [line.split() for line in differences.splitlines()] == [
+        ["CONFIG", f"#{first.pk}", f"#{second.pk}"],
+        ["concurrency.policy", "(absent)", "reference"],
+        ["concurrency.reference.trim_kv_usage", "(absent)", "0.8"],
+        ["env[0].args.turns", "2", "4"],
+        ["name", "short", "long"],
+    ]
+
+    code, out, _ = pacer(
+        live_server_api, token, "--json", "runs", "compare", str(first.pk), str(second.pk)
+    )
+    answer = httpx.get(
+        f"{live_server_api.url}/api/runs/compare/",
+        params={"runs": f"{first.pk},{second.pk}"},
+        headers={"Authorization": f"Token {token}"},
+    )
+    assert code == 0 and json.loads(out) == answer.json()
+
+    code, out, err = pacer(live_server_api, token, "runs", "compare", str(first.pk))
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "error: HTTP 400: the request is invalid",
+        "  runs: compares 2 to 4 runs, got 1",
+    ]
+    missing = second.pk + 100
+    code, _, err = pacer(live_server_api, token, "runs", "compare", str(first.pk), str(missing))
+    assert (code, err) == (1, f"error: HTTP 404: no such run: {missing}\n")

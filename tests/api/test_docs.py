@@ -12,6 +12,7 @@ pytestmark = pytest.mark.django_db
 
 PATHS = {
     "/api/runs/": {"get", "post"},
+    "/api/runs/compare/": {"get"},
     "/api/runs/{run_id}/": {"get"},
     "/api/runs/{run_id}/stop/": {"post"},
     "/api/runs/{run_id}/pause/": {"post"},

@@ -96,6 +96,7 @@ def test_every_page_keeps_to_the_content_security_policy(
     browser: Browser, stack: Stack, db_access: None
 ) -> None:
     run = Run.objects.create(name="csp-check", config={"name": "csp-check"})
+    other = Run.objects.create(name="csp-other", config={"name": "csp-other"})
     context = browser.new_context()
     context.add_init_script(RECORD_CSP_VIOLATIONS)
     refused: list[str] = []
@@ -126,6 +127,7 @@ def test_every_page_keeps_to_the_content_security_policy(
         "/runs/new/": "#config",
         "/alerts/": "#rules-card",
         f"/runs/{run.pk}/": "#live-status:text('live')",  # the websocket is connect-src 'self'
+        f"/compare/?runs={run.pk},{other.pk}": "#compare-status[data-status='loaded']",
         "/api/docs/": ".swagger-ui .info",
     }
     for path, shown in signed_in.items():

@@ -296,3 +296,30 @@ def test_the_runs_list_renders_ten_runs_of_four_engines_within_300_ms(
             f"{per_request} queries per request"
         )
     assert median < RUNS_LIST_BUDGET_S
+
+
+def test_the_compare_page_hands_its_script_each_runs_series_links_in_constant_queries() -> None:
+    client = signed_in("viewer")
+    configs = [{"name": "a", "max_steps": 9}, {"name": "b", "max_steps": 9, "seed": 3}]
+    runs = [Run.objects.create(name=c["name"], config=c, state=RunState.COMPLETED) for c in configs]
+    ids = ",".join(str(run.pk) for run in runs)
+    with CaptureQueriesContext(connection) as few:
+        response = client.get(f"/compare/?runs={ids}")
+    assert response.status_code == 200
+    html = response.content.decode()
+    data = page_data(html)
+    assert [(r["id"], r["colour"]) for r in data["runs"]] == [(runs[0].pk, 0), (runs[1].pk, 1)]
+    assert data["runs"][1]["api"]["samples"] == f"/api/runs/{runs[1].pk}/samples/"
+    assert 'data-path="seed"' in html and 'data-path="name"' in html
+    assert 'data-path="max_steps"' not in html  # the same in both
+    for run in runs:  # a long history costs the page no more queries
+        Decision.objects.bulk_create(
+            Decision(run=run, at=datetime.now(UTC), step=0, kind="grow", cause="clear",
+                     signal="clear", cap_before=1, cap_after=2, reason="r")
+            for _ in range(200)
+        )  # fmt: skip
+    with CaptureQueriesContext(connection) as many:
+        assert client.get(f"/compare/?runs={ids}").status_code == 200
+    assert len(many) == len(few)
+    assert client.get(f"/compare/?runs={runs[0].pk}").status_code == 400
+    assert client.get(f"/compare/?runs={ids},{runs[1].pk + 50}").status_code == 404

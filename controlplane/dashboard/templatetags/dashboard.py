@@ -25,3 +25,10 @@ def rate(value: float | None) -> str:
 def pretty(document: object) -> str:
     """A stored JSON document as indented text, for the config panel."""
     return json.dumps(document, indent=2, sort_keys=False)
+
+
+@register.filter
+def config_value(value: object) -> str:
+    """A config field's value in the differences table: text as it is, any other value as
+    JSON (so ``null``, ``true`` and ``1`` read as the config wrote them)."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))

@@ -23,6 +23,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from controlplane.runs.api.exceptions import (
     Conflict,
     IdempotencyKeyReused,
+    NamedNotFound,
     PayloadTooLarge,
     too_large_text,
 )
@@ -77,6 +78,8 @@ def exception_handler(error: Exception, context: dict[str, Any]) -> Response | N
             "detail": f"too many commands: try again in {wait} s",
             "retry_after_s": wait,
         }
+    elif isinstance(error, NamedNotFound):
+        response.data = {"detail": str(error.detail)}
     elif isinstance(error, Http404 | exceptions.NotFound):
         response.data = {"detail": "not found"}
     elif isinstance(error, PermissionDenied):

@@ -30,3 +30,8 @@ class IdempotencyKeyReused(exceptions.APIException):
 
     status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
     default_code = "idempotency_key_reused"
+
+
+class NamedNotFound(exceptions.NotFound):
+    """A 404 whose sentence says what is missing (``no such run: 7``), which the handler
+    keeps, unlike the generic ``not found`` it answers for any other."""

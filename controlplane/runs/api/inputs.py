@@ -13,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 from rest_framework import serializers
 
+from controlplane.runs.compare import MAX_RUNS, MIN_RUNS
 from controlplane.runs.models import IDEMPOTENCY_KEY_MAX_LENGTH, Engine, OverrideMode, RunState
 from controlplane.runs.services import MAX_OVERRIDE_CAP
 from workers.core.config.fields import ConfigError, FieldError
@@ -118,6 +119,30 @@ class SampleFilters(serializers.Serializer):
         if since is not None and until is not None and until <= since:
             raise serializers.ValidationError({"until": "must be after since"})
         return attrs
+
+
+class CompareFilters(serializers.Serializer):
+    runs = serializers.CharField(
+        max_length=200,
+        help_text=f"{MIN_RUNS} to {MAX_RUNS} run ids, comma-separated, each once: runs=3,7",
+    )
+
+    def validate_runs(self, value: str) -> list[int]:
+        parts = [part.strip() for part in value.split(",")]
+        if not all(part.isascii() and part.isdigit() for part in parts):
+            raise serializers.ValidationError(
+                f"must be run ids separated by commas (runs=3,7), got {value!r}"
+            )
+        ids = [int(part) for part in parts]
+        if any(pk > MAX_ROW_ID for pk in ids):
+            raise serializers.ValidationError("holds a number larger than any run id")
+        if len(set(ids)) != len(ids):
+            raise serializers.ValidationError("names a run more than once")
+        if not MIN_RUNS <= len(ids) <= MAX_RUNS:
+            raise serializers.ValidationError(
+                f"compares {MIN_RUNS} to {MAX_RUNS} runs, got {len(ids)}"
+            )
+        return ids
 
 
 class ExportFilters(serializers.Serializer):

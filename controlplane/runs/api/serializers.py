@@ -18,6 +18,7 @@ from controlplane.runs.models import (
     Run,
     StepRecord,
 )
+from controlplane.runs.selectors import POLICIES, max_steps, policy_name
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -278,3 +279,72 @@ class EngineSerializer(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.CharField())
     created_at = serializers.DateTimeField(source="engine.created_at")
     updated_at = serializers.DateTimeField(source="engine.updated_at")
+
+
+class CompareRunSerializer(serializers.ModelSerializer):
+    """A compared run's summary; its series are at its ``links``."""
+
+    url = serializers.SerializerMethodField()
+    policy = serializers.SerializerMethodField(help_text="the concurrency policy its config names")
+    max_steps = serializers.SerializerMethodField()
+    latest_reward = serializers.FloatField(
+        allow_null=True, help_text="the mean reward of its newest step; null before its first"
+    )
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "url",
+            "name",
+            "state",
+            "policy",
+            "step",
+            "max_steps",
+            "policy_version",
+            "cap",
+            "inflight_train",
+            "inflight_eval",
+            "generation_tokens_per_s",
+            "latest_reward",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "links",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.URLField())
+    def get_url(self, run: Run) -> str:
+        return reverse("api:run-detail", args=[run.pk], request=self.context.get("request"))
+
+    @extend_schema_field(serializers.ChoiceField(choices=list(POLICIES)))
+    def get_policy(self, run: Run) -> str:
+        return policy_name(run.config)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_max_steps(self, run: Run) -> int | None:
+        return max_steps(run.config)
+
+    @extend_schema_field(serializers.DictField(child=serializers.URLField()))
+    def get_links(self, run: Run) -> dict[str, str]:
+        request = self.context.get("request")
+        names = ("decisions", "samples", "steps")
+        return {name: reverse(f"api:run-{name}", args=[run.pk], request=request) for name in names}
+
+
+class CompareValueSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    present = serializers.BooleanField(help_text="false when the run's config lacks the field")
+    value = serializers.JSONField(allow_null=True, help_text="null when absent")
+
+
+class DifferenceSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="dotted, arrays by index: env[0].args.turns")
+    values = CompareValueSerializer(many=True, help_text="one per run, in the runs' order")
+
+
+class ComparisonSerializer(serializers.Serializer):
+    runs = CompareRunSerializer(many=True, help_text="in the order asked")
+    differences = DifferenceSerializer(many=True, help_text="only the fields that differ")

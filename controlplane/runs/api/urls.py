@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from controlplane.runs.api import engines, records, runs
+from controlplane.runs.api import compare, engines, records, runs
 
 app_name = "api"
 
 urlpatterns = [
     path("runs/", runs.RunListApi.as_view(), name="run-list"),
+    path("runs/compare/", compare.RunCompareApi.as_view(), name="run-compare"),
     path("runs/<int:run_id>/", runs.RunDetailApi.as_view(), name="run-detail"),
     path("runs/<int:run_id>/stop/", runs.RunStopApi.as_view(), name="run-stop"),
     path("runs/<int:run_id>/pause/", runs.RunPauseApi.as_view(), name="run-pause"),

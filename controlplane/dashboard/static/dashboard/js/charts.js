@@ -22,12 +22,36 @@ const ENGINE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "
 const HEIGHT = 220;
 const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000];
 
-const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false });
-const stepped = () => uPlot.paths.stepped({ align: 1 });
-const number = (digits) => (u, v) => (v === null || v === undefined ? "–" : v.toFixed(digits));
-const percent = (u, v) => (v === null || v === undefined ? "–" : `${(v * 100).toFixed(1)}%`);
+// Seconds since a run's start, for charts that put runs side by side: "1:05", "1:02:05".
+const ELAPSED_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400];
+function elapsed(s) {
+  if (s === null || s === undefined) return "–";
+  const whole = Math.round(s);
+  const sign = whole < 0 ? "-" : "";
+  const abs = Math.abs(whole);
+  const [h, m, sec] = [Math.floor(abs / 3600), Math.floor((abs % 3600) / 60), abs % 60];
+  const pad = (n) => String(n).padStart(2, "0");
+  return h ? `${sign}${h}:${pad(m)}:${pad(sec)}` : `${sign}${m}:${pad(sec)}`;
+}
 
-function line(label, stroke, extra = {}) {
+const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour12: false });
+export const stepped = () => uPlot.paths.stepped({ align: 1 });
+export const number = (digits) => (u, v) => (v === null || v === undefined ? "–" : v.toFixed(digits));
+export const percent = (u, v) => (v === null || v === undefined ? "–" : `${(v * 100).toFixed(1)}%`);
+export const percentAxis = { values: (u, splits) => splits.map((v) => `${Math.round(v * 100)}%`) };
+
+// What each kind of x axis is: wall time (the run page), a step number, or seconds since a
+// run's start (runs compared).
+const X_AXES = {
+  time: { series: { label: "time", value: "{HH}:{mm}:{ss}" }, axis: { space: 70, values: (u, splits) => splits.map(clock) } },
+  step: { series: { label: "step" }, axis: { incrs: STEP_INCRS } },
+  elapsed: {
+    series: { label: "since start", value: (u, v) => elapsed(v) },
+    axis: { space: 60, incrs: ELAPSED_INCRS, values: (u, splits) => splits.map(elapsed) },
+  },
+};
+
+export function line(label, stroke, extra = {}) {
   return { label, stroke, width: 1.5, spanGaps: true, points: { show: false }, value: number(0), ...extra };
 }
 
@@ -121,23 +145,23 @@ function weightSpansPlugin() {
   };
 }
 
-// A chart that follows its container's width, with the given series after the x axis; time
-// charts also show the weight updates.
-function chart(element, series, { time = true, yRange, bands, axis = {}, scales = {}, axes = [] } = {}) {
+// A chart that follows its container's width, with the given series after the x axis (see
+// X_AXES); wall-time charts also show the weight updates.
+export function chart(element, series, { x = "time", yRange, bands, axis = {}, scales = {}, axes = [] } = {}) {
   const options = {
     width: Math.max(300, element.clientWidth),
     height: HEIGHT,
     scales: {
-      x: { time },
+      x: { time: x === "time" },
       y: yRange ? { range: yRange } : { range: (u, low, high) => [0, Math.max(1, high * 1.1)] },
       ...scales,
     },
-    series: [{ label: time ? "time" : "step", value: time ? "{HH}:{mm}:{ss}" : undefined }, ...series],
-    axes: [time ? { space: 70, values: (u, splits) => splits.map(clock) } : { incrs: STEP_INCRS }, { size: 56, ...axis }, ...axes],
+    series: [X_AXES[x].series, ...series],
+    axes: [X_AXES[x].axis, { size: 56, ...axis }, ...axes],
     bands,
     legend: { live: true },
     cursor: { drag: { x: true, y: false } },
-    plugins: time ? [weightSpansPlugin()] : [],
+    plugins: x === "time" ? [weightSpansPlugin()] : [],
   };
   const plot = new uPlot(options, [[], ...series.map(() => [])], element);
   new ResizeObserver(() => plot.setSize({ width: Math.max(300, element.clientWidth), height: HEIGHT })).observe(element);
@@ -171,10 +195,9 @@ export function kvChart(element, engines) {
     line("", "transparent", { class: "band-edge", value: percent }),
   ];
   const trim = series.length - 2;
-  const axis = { values: (u, splits) => splits.map((v) => `${Math.round(v * 100)}%`) };
   return chart(element, series, {
     yRange: [0, 1.02],
-    axis,
+    axis: percentAxis,
     bands: [
       { series: [trim + 1, trim], fill: "rgba(217, 140, 0, 0.12)" },
       { series: [trim + 2, trim + 1], fill: "rgba(209, 52, 47, 0.14)" },
@@ -193,9 +216,7 @@ export function queueChart(element) {
 
 export function singleChart(element, label, colour, { digits = 1, ratio = false } = {}) {
   const value = ratio ? percent : number(digits);
-  const options = ratio
-    ? { yRange: [0, 1], axis: { values: (u, splits) => splits.map((v) => `${Math.round(v * 100)}%`) } }
-    : {};
+  const options = ratio ? { yRange: [0, 1], axis: percentAxis } : {};
   return chart(element, [line(label, colour, { value })], options);
 }
 
@@ -225,7 +246,7 @@ export function rewardChart(element) {
     line("", "rgba(46, 158, 68, 0.35)", { width: 1, class: "band-edge" }),
     line("policy version", "#8a3ffc", { width: 2, paths: stepped(), scale: "v", points: { show: true, size: 5, fill: "#8a3ffc" }, value: (u, v) => (v === null || v === undefined ? "–" : `v${v}`) }),
   ], {
-    time: false,
+    x: "step",
     yRange: rewardRange,
     axis: { values: (u, splits) => splits.map((v) => v.toFixed(2)) },
     bands: [{ series: [2, 3], fill: "rgba(46, 158, 68, 0.14)" }],
@@ -239,7 +260,7 @@ export function rewardChart(element) {
 }
 
 export function stepsChart(element) {
-  return chart(element, [line("seconds", "#1b3a6b", { value: number(2), points: { show: true, size: 4 } })], { time: false });
+  return chart(element, [line("seconds", "#1b3a6b", { value: number(2), points: { show: true, size: 4 } })], { x: "step" });
 }
 
 // Redraws at most once a frame however many events arrive in it.

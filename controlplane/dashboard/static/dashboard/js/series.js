@@ -60,3 +60,33 @@ export class TimeRows {
 export function seconds(iso) {
   return Date.parse(iso) / 1000;
 }
+
+// Several series of [x, y] points on one x axis, as uPlot takes them: the union of their
+// xs, sorted, and each series' values at its own xs, null at the others' (lines span them).
+// A series with several points at one x (two decisions of one poll) keeps them all: that x
+// is repeated as often as the series that has it most often needs.
+export function aligned(seriesList) {
+  const counts = new Map(); // x -> the most points any one series has there
+  for (const points of seriesList) {
+    const here = new Map();
+    for (const [x] of points) here.set(x, (here.get(x) || 0) + 1);
+    for (const [x, n] of here) counts.set(x, Math.max(n, counts.get(x) || 0));
+  }
+  const xs = [];
+  const first = new Map(); // x -> its first row
+  for (const x of [...counts.keys()].sort((a, b) => a - b)) {
+    first.set(x, xs.length);
+    for (let i = 0; i < counts.get(x); i++) xs.push(x);
+  }
+  const columns = seriesList.map((points) => {
+    const column = new Array(xs.length).fill(null);
+    const used = new Map();
+    for (const [x, y] of points) {
+      const nth = used.get(x) || 0;
+      used.set(x, nth + 1);
+      column[first.get(x) + nth] = y;
+    }
+    return column;
+  });
+  return [xs, ...columns];
+}
