@@ -68,9 +68,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--clip",
         type=float,
-        default=0.2,
-        help="PPO's ratio clip against the sampler's logprobs (%(default)g); 0 for the plain "
-        "policy gradient",
+        default=0.0,
+        help="PPO's ratio clip against the sampler's logprobs, e.g. 0.2 (default 0: the plain "
+        "policy gradient)",
     )
     parser.add_argument(
         "--temperature", type=float, default=1.0, help="the run's sampling temperature"
@@ -78,6 +78,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, help="stop once this step is acknowledged")
     parser.add_argument(
         "--keep", type=int, default=0, help="checkpoints kept, the newest (default: all)"
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch's CPU threads (default: torch's, one per core)"
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -93,6 +96,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--temperature must be above 0, got {args.temperature}")
     if args.keep < 0 or (args.max_steps is not None and args.max_steps < 1):
         parser.error("--keep must be 0 or more, --max-steps 1 or more")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be 1 or more, got {args.threads}")
     if not (args.base / "config.json").is_file():
         parser.error(f"--base {args.base}: not a model folder (no config.json)")
     return args
@@ -122,6 +127,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
 
 def follow(run: FollowedRun, args: argparse.Namespace, out: TextIO) -> int:
     torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     start = run.acked()
     weights = start.checkpoint if start.checkpoint and start.checkpoint.is_dir() else args.base
     model, dtype = load_model(weights)
@@ -147,21 +154,23 @@ def follow(run: FollowedRun, args: argparse.Namespace, out: TextIO) -> int:
             continue
         for step in waiting:
             began = time.monotonic()
-            batch = load(step.folder / BATCH)
-            stats = trainer.step(batch)
+            stats = trainer.step(load(step.folder / BATCH))
+            trained = time.monotonic()
             version += 1
             root = run.checkpoint_root()
             folder = save_checkpoint(
                 model, args.base, root / CHECKPOINTS / checkpoint_name(version), dtype
             )
+            saved = time.monotonic()
             run.ack(step.number, version, folder)
             if args.keep:
                 prune(root / CHECKPOINTS, args.keep)
-            last = step.number
+            last, done = step.number, time.monotonic()
+            clipped = f", {stats.clipped:.0%} clipped" if args.clip else ""
             print(
                 f"step {step.number}: loss {stats.loss:+.4f}, reward {stats.reward_mean:.3f}, "
-                f"version {version}, {time.monotonic() - began:.2f} s "
-                f"({stats.tokens} tokens, clipped {stats.clipped:.1%})",
+                f"version {version}, {done - began:.2f} s (train {trained - began:.2f}, save "
+                f"{saved - trained:.2f}, ack {done - saved:.2f}; {stats.tokens} tokens{clipped})",
                 file=out,
                 flush=True,
             )

@@ -12,7 +12,12 @@ sampler's own log-probabilities (``batch.pt``'s ``logprobs``): a sample drawn a 
 behind the weights being trained (generation runs ahead of the trainer) counts by how likely
 the current weights find it, and a token whose ratio has already moved past ``1 +/- clip`` in
 the advantage's direction gives no more gradient, so a stale sample cannot push the policy
-far. On fresh samples the ratio is 1 and the gradient is the plain one.
+far. On fresh samples the ratio is 1 and the gradient is the plain one. The command line
+leaves it off by default: with one optimizer step per batch at a rate that teaches the tiny
+test model in tens of steps, a version moves most token probabilities by more than 20 %, and
+on samples a version behind the clip took away half the gradient and most of the learning
+(the tiny model sampled a version behind at a rate of 1e-2: mean reward 0.29 after 16 steps
+with a clip of 0.2, 0.64 after 12 without).
 """
 
 from __future__ import annotations

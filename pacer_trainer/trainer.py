@@ -17,7 +17,7 @@ from pacer_trainer.loss import policy_loss, token_logprobs
 
 # A tiny random model learns a syllable reward in tens of steps at this rate; a large
 # pretrained one would take 1e-6 to 1e-5.
-DEFAULT_LR = 3e-3
+DEFAULT_LR = 1e-2
 # Gradients clipped to this norm: a batch of a few rewarded answers must not throw the
 # weights off in one step.
 MAX_GRAD_NORM = 1.0
