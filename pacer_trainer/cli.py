@@ -133,7 +133,7 @@ def follow(run: FollowedRun, args: argparse.Namespace, out: TextIO) -> int:
     weights = start.checkpoint if start.checkpoint and start.checkpoint.is_dir() else args.base
     model, dtype = load_model(weights)
     trainer = PolicyTrainer(model, lr=args.lr, clip=args.clip or None, temperature=args.temperature)
-    version, last = start.version, start.step
+    version, last, checkpoint = start.version, start.step, start.checkpoint
     where = f"from step {last}, version {version}, " if last else ""
     print(f"following the run {where}weights from {weights}", file=out, flush=True)
     away_since: float | None = None
@@ -156,21 +156,26 @@ def follow(run: FollowedRun, args: argparse.Namespace, out: TextIO) -> int:
             began = time.monotonic()
             stats = trainer.step(load(step.folder / BATCH))
             trained = time.monotonic()
-            version += 1
-            root = run.checkpoint_root()
-            folder = save_checkpoint(
-                model, args.base, root / CHECKPOINTS / checkpoint_name(version), dtype
-            )
+            # Weights that did not change keep their version and checkpoint: the run then
+            # has no engine reload the same weights.
+            if stats.stepped:
+                version += 1
+                root = run.checkpoint_root()
+                checkpoint = save_checkpoint(
+                    model, args.base, root / CHECKPOINTS / checkpoint_name(version), dtype
+                )
+                if args.keep:
+                    prune(root / CHECKPOINTS, args.keep)
             saved = time.monotonic()
-            run.ack(step.number, version, folder)
-            if args.keep:
-                prune(root / CHECKPOINTS, args.keep)
+            run.ack(step.number, version, checkpoint)
             last, done = step.number, time.monotonic()
             clipped = f", {stats.clipped:.0%} clipped" if args.clip else ""
+            same = "" if stats.stepped else " (unchanged: every group agreed)"
             print(
                 f"step {step.number}: loss {stats.loss:+.4f}, reward {stats.reward_mean:.3f}, "
-                f"version {version}, {done - began:.2f} s (train {trained - began:.2f}, save "
-                f"{saved - trained:.2f}, ack {done - saved:.2f}; {stats.tokens} tokens{clipped})",
+                f"version {version}{same}, {done - began:.2f} s (train {trained - began:.2f}, "
+                f"save {saved - trained:.2f}, ack {done - saved:.2f}; {stats.tokens} tokens"
+                f"{clipped})",
                 file=out,
                 flush=True,
             )

@@ -61,7 +61,9 @@ class FollowedRun(Protocol):
         """True once the run writes no more steps."""
         ...
 
-    def ack(self, step: int, version: int, checkpoint: Path) -> None: ...
+    def ack(self, step: int, version: int, checkpoint: Path | None) -> None:
+        """``checkpoint`` None: the version's weights are the engines' own (the base's)."""
+        ...
 
 
 class HostedRun:
@@ -107,8 +109,10 @@ class HostedRun:
         self._detail = self._get(f"/api/runs/{self.run_id}/")
         return self._detail.get("state") in ENDED_STATES
 
-    def ack(self, step: int, version: int, checkpoint: Path) -> None:
-        body = {"policy_version": version, "checkpoint": str(checkpoint)}
+    def ack(self, step: int, version: int, checkpoint: Path | None) -> None:
+        body: dict[str, object] = {"policy_version": version}
+        if checkpoint is not None:
+            body["checkpoint"] = str(checkpoint)
         try:
             self.api.post(f"/api/runs/{self.run_id}/steps/{step}/ack/", body)
         except ApiError as refused:
@@ -163,10 +167,12 @@ class FolderRun:
     def ended(self) -> bool:
         return False  # a foreground run leaves no mark when it ends: --max-steps, or Ctrl-C
 
-    def ack(self, step: int, version: int, checkpoint: Path) -> None:
+    def ack(self, step: int, version: int, checkpoint: Path | None) -> None:
         self.acks.mkdir(parents=True, exist_ok=True)
         partial = self.acks / f".{step}.{os.getpid()}.tmp"
-        body = {"policy_version": version, "checkpoint": str(checkpoint)}
+        body: dict[str, object] = {"policy_version": version}
+        if checkpoint is not None:
+            body["checkpoint"] = str(checkpoint)
         partial.write_text(json.dumps(body))
         partial.rename(self.acks / str(step))
 

@@ -25,6 +25,7 @@ MAX_GRAD_NORM = 1.0
 
 @dataclass(frozen=True)
 class StepStats:
+    stepped: bool  # False: nothing to learn from (every advantage 0), the weights unchanged
     loss: float
     tokens: int
     reward_mean: float
@@ -69,7 +70,7 @@ class PolicyTrainer:
         self.model.train()
         reward_mean = float(batch.rewards.mean()) if batch.rewards.numel() else 0.0
         if batch.tokens == 0 or not bool(batch.advantages.any()):
-            return StepStats(0.0, batch.tokens, reward_mean, 0.0, 1.0, 0.0)
+            return StepStats(False, 0.0, batch.tokens, reward_mean, 0.0, 1.0, 0.0)
         parts = policy_loss(
             self.logprobs(batch),
             batch.advantages,
@@ -82,6 +83,7 @@ class PolicyTrainer:
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         self.optimizer.step()
         return StepStats(
+            stepped=True,
             loss=parts.loss.item(),
             tokens=parts.tokens,
             reward_mean=reward_mean,

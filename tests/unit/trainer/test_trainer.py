@@ -187,3 +187,30 @@ def test_a_hosted_run_that_cannot_be_reached_is_an_error_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("pacer_trainer: error: http://127.0.0.1:9: ConnectError")
     assert err.count("\n") == 1
+
+
+def test_a_step_with_nothing_to_learn_keeps_the_version_and_its_checkpoint(
+    base_model: Path, tmp_path: Path
+) -> None:
+    """Before any step changed the weights the ack names none (the engines' own are the
+    version's), and after, the same checkpoint again: no engine reloads what it has."""
+    output = tmp_path / "run"
+    write_step(output, 1, batch_tensors([GOOD, BAD], [0.0, 0.0], [0.0, 0.0]))
+    write_step(output, 2, batch_tensors([GOOD, BAD], [1.0, -1.0], [1.0, 0.0]))
+    write_step(output, 3, batch_tensors([GOOD, GOOD], [0.0, 0.0], [1.0, 1.0]))
+    out = io.StringIO()
+    code = main(["--base", str(base_model), "--output", str(output), "--max-steps", "3"], out=out)
+    assert code == 0, out.getvalue()
+    acks = [json.loads((output / "acks" / str(n)).read_text()) for n in (1, 2, 3)]
+    first = str(output / "checkpoints" / "v000001")
+    assert acks == [
+        {"policy_version": 0},
+        {"policy_version": 1, "checkpoint": first},
+        {"policy_version": 1, "checkpoint": first},
+    ]
+    assert [p.name for p in (output / "checkpoints").iterdir()] == ["v000001"]
+    lines = out.getvalue().splitlines()
+    assert ", version 0 (unchanged: every group agreed), " in lines[1]
+    assert ", version 1 (unchanged: every group agreed), " in lines[3]
+    assert read_ack(output / "acks" / "1", output) is not None  # the run takes all three
+    assert read_ack(output / "acks" / "3", output) is not None
