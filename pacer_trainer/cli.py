@@ -8,7 +8,9 @@ The token and the URL default to ``PACER_TOKEN`` and ``PACER_URL``, as for the `
 client. A trainer started again on a run picks up where the run stands: the steps already
 acknowledged are skipped, and the weights are those of the last acknowledged checkpoint (its
 optimizer state is not kept: AdamW starts afresh). It ends once the run has ended and every
-step is acknowledged, after ``--max-steps``, or on Ctrl-C (or SIGTERM) between two steps.
+step is acknowledged, after ``--max-steps``, or on Ctrl-C or SIGTERM (a checkpoint it was
+saving is removed half made; an acknowledgement is sent whole or not at all). While the API
+does not answer (a web server restarting) it waits and tries again, for a minute at most.
 Exit status: 0 done, 1 an error (said in one line), 2 bad usage, 130 interrupted.
 """
 
@@ -19,9 +21,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 import torch
 
@@ -34,11 +36,14 @@ from pacer_trainer.model_files import (
     prune,
     save_checkpoint,
 )
-from pacer_trainer.runs import FolderRun, FollowedRun, HostedRun, RunError
+from pacer_trainer.runs import FolderRun, FollowedRun, HostedRun, RunError, Step
 from pacer_trainer.trainer import DEFAULT_LR, PolicyTrainer
 
+T = TypeVar("T")
 CHECKPOINTS = "checkpoints"  # under the checkpoint root: checkpoints/v000001, ...
 POLL_S = 0.2  # how often the run is asked for a new step: steps take seconds
+END_CHECK_S = 1.0  # how often it is asked whether it has ended, while no step waits
+RETRY_S = 1.0  # between two tries of an API that does not answer
 # How long the API may be unreachable (a web server restarting) before the trainer gives up.
 UNREACHABLE_GRACE_S = 60.0
 BATCH = "batch.pt"
@@ -130,28 +135,23 @@ def follow(run: FollowedRun, args: argparse.Namespace, out: TextIO) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     start = run.acked()
-    weights = start.checkpoint if start.checkpoint and start.checkpoint.is_dir() else args.base
+    if start.checkpoint is not None and not start.checkpoint.is_dir():
+        raise RunError(
+            f"step {start.step} was acknowledged with {start.checkpoint}, which is gone: "
+            "the trainer cannot take up the weights it left the run on"
+        )
+    weights = start.checkpoint or args.base
     model, dtype = load_model(weights)
     trainer = PolicyTrainer(model, lr=args.lr, clip=args.clip or None, temperature=args.temperature)
     version, last, checkpoint = start.version, start.step, start.checkpoint
     where = f"from step {last}, version {version}, " if last else ""
     print(f"following the run {where}weights from {weights}", file=out, flush=True)
-    away_since: float | None = None
+    watch = Watch(run)
     while args.max_steps is None or last < args.max_steps:
-        try:
-            waiting = run.waiting(last)
-            if not waiting and run.ended():
-                print(f"the run has ended; last step {last}, version {version}", file=out)
-                return 0
-            away_since = None
-        except Unreachable:
-            away_since = away_since or time.monotonic()
-            if time.monotonic() - away_since > UNREACHABLE_GRACE_S:
-                raise
-            waiting = []
-        if not waiting:
-            time.sleep(POLL_S)
-            continue
+        waiting = watch.steps_after(last)
+        if waiting is None:
+            print(f"the run has ended; last step {last}, version {version}", file=out)
+            return 0
         for step in waiting:
             began = time.monotonic()
             stats = trainer.step(load(step.folder / BATCH))
@@ -167,7 +167,7 @@ def follow(run: FollowedRun, args: argparse.Namespace, out: TextIO) -> int:
                 if args.keep:
                     prune(root / CHECKPOINTS, args.keep)
             saved = time.monotonic()
-            run.ack(step.number, version, checkpoint)
+            watch.ack(step.number, version, checkpoint)
             last, done = step.number, time.monotonic()
             clipped = f", {stats.clipped:.0%} clipped" if args.clip else ""
             same = "" if stats.stepped else " (unchanged: every group agreed)"
@@ -183,6 +183,45 @@ def follow(run: FollowedRun, args: argparse.Namespace, out: TextIO) -> int:
                 break
     print(f"stopped at step {last}, version {version} (--max-steps)", file=out, flush=True)
     return 0
+
+
+class Watch:
+    """The run asked for new steps every POLL_S, and whether it has ended at most every
+    END_CHECK_S; an API that does not answer (a web server restarting) is waited for up to
+    UNREACHABLE_GRACE_S, then the trainer gives up."""
+
+    def __init__(self, run: FollowedRun) -> None:
+        self.run = run
+        self._checked = 0.0
+
+    def steps_after(self, step: int) -> list[Step] | None:
+        """The steps waiting after ``step``, as soon as there are any; None once the run
+        has ended with none waiting."""
+        while True:
+            waiting = self._patiently(lambda: self.run.waiting(step))
+            if waiting:
+                return waiting
+            if time.monotonic() - self._checked >= END_CHECK_S:
+                self._checked = time.monotonic()
+                if self._patiently(self.run.ended):
+                    return None
+            time.sleep(POLL_S)
+
+    def ack(self, step: int, version: int, checkpoint: Path | None) -> None:
+        """Sent again while the API does not answer: the same acknowledgement twice is a
+        200 that changes nothing."""
+        self._patiently(lambda: self.run.ack(step, version, checkpoint))
+
+    @staticmethod
+    def _patiently(call: Callable[[], T]) -> T:
+        away_since = time.monotonic()
+        while True:
+            try:
+                return call()
+            except Unreachable:
+                if time.monotonic() - away_since > UNREACHABLE_GRACE_S:
+                    raise
+                time.sleep(RETRY_S)
 
 
 def _interrupted(signum: int, frame: object) -> None:

@@ -12,6 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from pacer_cli.client import Unreachable
+from pacer_trainer import cli
 from pacer_trainer.batch import BatchError, from_tensors, load
 from pacer_trainer.cli import main
 from pacer_trainer.model_files import load_model, prune, save_checkpoint
@@ -214,3 +216,42 @@ def test_a_step_with_nothing_to_learn_keeps_the_version_and_its_checkpoint(
     assert ", version 1 (unchanged: every group agreed), " in lines[3]
     assert read_ack(output / "acks" / "1", output) is not None  # the run takes all three
     assert read_ack(output / "acks" / "3", output) is not None
+
+
+class FlakyRun(FolderRun):
+    """A foreground run whose API-like calls fail to answer the first ``failures`` times."""
+
+    def __init__(self, output: Path, failures: int) -> None:
+        super().__init__(output)
+        self.failures = failures
+
+    def ack(self, step: int, version: int, checkpoint: Path | None) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise Unreachable("http://127.0.0.1:9: ConnectError")
+        super().ack(step, version, checkpoint)
+
+
+def test_an_ack_is_sent_again_while_the_api_does_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "RETRY_S", 0.0)
+    run = FlakyRun(tmp_path, failures=2)
+    cli.Watch(run).ack(1, 1, None)
+    assert json.loads((tmp_path / "acks" / "1").read_text()) == {"policy_version": 1}
+    monkeypatch.setattr(cli, "UNREACHABLE_GRACE_S", 0.0)
+    with pytest.raises(Unreachable):
+        cli.Watch(FlakyRun(tmp_path, failures=1)).ack(2, 2, None)
+
+
+def test_a_last_checkpoint_that_is_gone_is_an_error_not_a_silent_restart(
+    base_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "acks").mkdir()
+    gone = tmp_path / "checkpoints" / "v000004"
+    (tmp_path / "acks" / "7").write_text(json.dumps({"policy_version": 4, "checkpoint": str(gone)}))
+    assert main(["--base", str(base_model), "--output", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == (
+        f"pacer_trainer: error: step 7 was acknowledged with {gone}, which is gone: the "
+        "trainer cannot take up the weights it left the run on\n"
+    )
