@@ -28,7 +28,7 @@ import pytest
 from controlplane.runs.models import Decision
 from tests.api.conftest import LiveServer, daphne_server, make_account
 from tests.conftest import REPO_ROOT, stop_process_group
-from tests.integration.hosting import start_worker, stop_worker, wait_for
+from tests.integration.hosting import DbWorker, start_worker, stop_worker, wait_for
 from tests.vllm.conftest import Engine, running_engine
 from workers.core.decisions import DecisionKind
 
@@ -54,30 +54,34 @@ def served(engine: Engine) -> str:
 
 
 @contextlib.contextmanager
-def engines_started(
-    vllm_python: Path, tiny_model: Path, folder: Path, count: int
-) -> Iterator[list[Engine]]:
-    """``count`` engines with the weight-update routes, started side by side (each takes
-    ~30 s alone to come up), all stopped on the way out."""
+def side_by_side(*managers: contextlib.AbstractContextManager[Any]) -> Iterator[list[Any]]:
+    """Every manager entered at once, each in a thread of its own (an engine takes ~30 s to
+    come up, web and worker a few each), and those that entered exited on the way out, the
+    last first; the first failure to enter is raised once every other has been entered or
+    has failed, so nothing is left running."""
     with contextlib.ExitStack() as stack:
-        flags = ("--weight-updates",)
-        managers = [
-            running_engine(vllm_python, tiny_model, folder / f"vllm-{i}.log", flags, {})
-            for i in range(count)
-        ]
-        with ThreadPoolExecutor(count) as pool:
+        with ThreadPoolExecutor(len(managers)) as pool:
             futures = [pool.submit(manager.__enter__) for manager in managers]
-        started, failures = [], []
+        entered, failures = [], []
         for manager, future in zip(managers, futures, strict=True):
             try:
-                started.append(future.result())
+                entered.append(future.result())
             except BaseException as failed:  # pytest.fail is a BaseException
                 failures.append(failed)
             else:
                 stack.push(manager.__exit__)
         if failures:
             raise failures[0]
-        yield started
+        yield entered
+
+
+@contextlib.contextmanager
+def worker_running(folder: Path, queue: str, runs_dir: Path) -> Iterator[DbWorker]:
+    worker = start_worker(folder, "w", queue, runs_dir)
+    try:
+        yield worker
+    finally:
+        stop_worker(worker)
 
 
 def run_config(engines: list[Engine]) -> dict[str, Any]:
@@ -109,11 +113,17 @@ def test_the_reference_trainer_raises_the_reward_on_real_engines(
 ) -> None:
     began = time.monotonic()
     token = make_account("trainer", "operator").token
-    with (
-        engines_started(vllm_python, tiny_model, tmp_path, ENGINES) as engines,
-        daphne_server(tmp_path, queue, runs_dir) as web,
-    ):
-        worker = start_worker(tmp_path, "w", queue, runs_dir)
+    flags = ("--weight-updates",)
+    engine_managers = [
+        running_engine(vllm_python, tiny_model, tmp_path / f"vllm-{i}.log", flags, {})
+        for i in range(ENGINES)
+    ]
+    with side_by_side(
+        *engine_managers,
+        daphne_server(tmp_path, queue, runs_dir),
+        worker_running(tmp_path, queue, runs_dir),
+    ) as started:
+        *engines, web, _ = started
         http = httpx.Client(
             base_url=web.url, headers={"Authorization": f"Token {token}"}, timeout=30
         )
@@ -149,7 +159,6 @@ def test_the_reference_trainer_raises_the_reward_on_real_engines(
             if trainer is not None:
                 stop_trainer(trainer)
             http.close()
-            stop_worker(worker)
     report(run_id, rewards, ready, learned, engines, tmp_path)
 
 
