@@ -35,7 +35,8 @@ find_python() {
 }
 
 # Installs the project (with the given extras, "" for none) into the virtualenv, again only
-# when pyproject.toml changed since. An install with the test extras also serves a plain run.
+# when pyproject.toml changed since. An install with the test extras also serves a plain run
+# (and the vLLM demo's trainer: the test extras hold the trainer's).
 ensure_venv() {
   local extras=$1 hash target
   # A venv without pip is one that python3-venv's absence left half made: start it again.
@@ -52,7 +53,7 @@ ensure_venv() {
   fi
   hash=$(sha256sum "$PACER_ROOT/pyproject.toml" | cut -d' ' -f1)
   [[ $(cat "$VENV/.pacer-installed-test" 2>/dev/null) == "$hash" ]] && return 0
-  [[ -z $extras && $(cat "$VENV/.pacer-installed-base" 2>/dev/null) == "$hash" ]] && return 0
+  [[ $(cat "$VENV/.pacer-installed-${extras:-base}" 2>/dev/null) == "$hash" ]] && return 0
   say "installing Pacer and its dependencies${extras:+ [$extras]} (first time: a few minutes)"
   ensure_torch
   target=$PACER_ROOT${extras:+[$extras]}

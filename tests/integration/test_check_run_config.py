@@ -45,8 +45,9 @@ def test_the_demo_config_passes_against_its_registered_engines(engines: list[Sim
 
 
 def test_every_shipped_config_passes_the_schema_without_asking_engines() -> None:
-    for index in range(2):
+    for index in range(2):  # the demo's (sim) and the vLLM demo's (vllm) engines
         engine_register(name=f"sim-engine-{index}", url=f"http://127.0.0.1:{9000 + index}")
+        engine_register(name=f"vllm-engine-{index}", url=f"http://127.0.0.1:{9100 + index}")
     files = sorted(str(p) for p in (REPO_ROOT / "configs").glob("*.toml"))
     output, refused = check(*files, "--no-engines")
     assert refused is None, output

@@ -88,3 +88,17 @@ def test_run_script_serves_health_and_stops_everything_on_ctrl_c(tmp_path: Path)
         assert processes_mentioning(f"inference.sim --port {engine_port}") == []
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/api/health/", timeout=2)
+
+
+def test_an_unknown_demo_engine_kind_stops_the_script_saying_what_it_takes(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "run")],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PACER_VAR_DIR": str(tmp_path), "PACER_DEMO_ENGINES": "gpu"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "PACER_DEMO_ENGINES must be sim or vllm, got 'gpu'" in done.stderr
+    assert not (tmp_path / "web.log").exists()  # nothing was started

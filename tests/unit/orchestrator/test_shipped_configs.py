@@ -15,7 +15,7 @@ CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.toml"
 def test_there_is_an_example_per_built_in_environment_and_one_with_eval_waves() -> None:
     configs = [parse_run_config_text(path.read_text(), "toml") for path in CONFIGS]
     used = {env.name for config in configs for env in config.envs}
-    assert {"arithmetic", "multiturn", "longtail"} <= used
+    assert {"arithmetic", "multiturn", "longtail", "targetwords"} <= used
     assert any(config.eval_envs for config in configs)
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from pacer_trainer.cli import main
+
+sys.exit(main())
