@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from controlplane.runs.models import Decision
+from controlplane.runs.models import Decision, StepRecord
 from tests.api.conftest import LiveServer, daphne_server, make_account
 from tests.conftest import REPO_ROOT, stop_process_group
 from tests.integration.hosting import DbWorker, start_worker, stop_worker, wait_for
@@ -46,6 +46,7 @@ WINDOW = 3  # steps averaged at the start and at the end
 # (1e-2 took 25, 2e-2 12 to 18; the first steps sample a target word by chance only).
 BATCH, GROUP, MAX_TOKENS, LR = 32, 8, 16, "3e-2"
 STEP_TIMEOUT_S = 120.0
+OFF_POLICY = 1  # max_off_policy_steps: a sample may be a version behind, never two
 RELOAD_LINE = r"Reloading and processing weights took ([\d.]+) seconds"
 
 
@@ -90,7 +91,7 @@ def run_config(engines: list[Engine]) -> dict[str, Any]:
         "batch_size": BATCH,
         "group_size": GROUP,
         "max_steps": MAX_STEPS,
-        "max_off_policy_steps": 1,
+        "max_off_policy_steps": OFF_POLICY,
         "concurrency": {
             "policy": "fixed",
             "min_inflight": BATCH,
@@ -155,6 +156,9 @@ def test_the_reference_trainer_raises_the_reward_on_real_engines(
             )
             assert last_acked(http, run_id) == last
             assert [served(engine) for engine in engines] == [str(last)] * ENGINES
+            for record in StepRecord.objects.filter(run_id=run_id):  # as the engines served
+                oldest = min(int(version) for version in record.sampled_versions)
+                assert oldest >= record.policy_version - OFF_POLICY, (record.step, oldest)
         finally:
             if trainer is not None:
                 stop_trainer(trainer)
