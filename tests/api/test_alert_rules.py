@@ -42,9 +42,10 @@ def test_a_rule_is_made_with_the_defaults_and_every_kind() -> None:
 @pytest.mark.parametrize(
     ("body", "field", "message"),
     [
-        ({"url": "ftp://hooks.example/x"}, "url", "http or https"),
+        ({"url": "ftp://hooks.example/x"}, "url", "http or https URL with a host"),
         ({"url": "https://user:secret@hooks.example/x"}, "url", "user info"),
-        ({"url": "not a url"}, "url", "valid URL"),
+        ({"url": "not a url"}, "url", "http or https URL with a host"),
+        ({"url": "http://hooks:99999/x"}, "url", "port is not a number"),
         ({"kinds": ["engine_on_fire"]}, "kinds", "not a valid choice"),
         ({"kinds": []}, "kinds", "may not be empty"),
         ({"run": 999_999}, "run", "does not exist"),
@@ -65,6 +66,13 @@ def test_a_wrong_rule_is_a_400_naming_the_field(body: dict, field: str, message:
     found = [text for path, texts in errors.items() if path.startswith(field) for text in texts]
     assert any(message in text for text in found), errors
     assert not AlertRule.objects.exists()
+
+
+def test_a_receiver_named_by_one_label_as_on_a_compose_network_is_taken() -> None:
+    answer = client("operator").post(
+        "/api/alerts/rules/", {"name": "compose", "url": "http://receiver:9000/hook"}
+    )
+    assert answer.status_code == 201, answer.content
 
 
 def test_viewers_read_rules_and_deliveries_but_write_none() -> None:
