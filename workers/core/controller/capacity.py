@@ -37,6 +37,27 @@ class CapacityChange:
     def factor(self) -> float:
         return self.after / self.before
 
+    def scaled(self, level: float) -> float:
+        """The cap's level after this change, from ``level`` now. A loss scales the level the
+        pool had when the engine went down (the policy may have cut for it already, and is
+        not cut for it twice); a return scales the level now, to no more than the whole pool
+        held before the loss."""
+        then = self.level_then
+        if self.lost:
+            return min(level, (level if then is None else then) * self.factor)
+        grown = level * self.factor
+        return grown if then is None else max(level, min(grown, then))
+
+    @property
+    def detail(self) -> str:
+        """What changed, for the decision's reason."""
+        parts = []
+        if self.lost:
+            parts.append(f"{', '.join(self.lost)} lost (down {self.down_s:.0f} s)")
+        if self.back:
+            parts.append(f"{', '.join(self.back)} back")
+        return f"{', '.join(parts)}: KV {_tokens(self.before)} -> {_tokens(self.after)} tokens"
+
 
 class PoolCapacity:
     def __init__(self, lost_s: float) -> None:
@@ -88,3 +109,8 @@ class PoolCapacity:
 
     def _counted(self, lost: set[str]) -> int:
         return sum(tokens for engine, tokens in self._tokens.items() if engine not in lost)
+
+
+def _tokens(count: int) -> str:
+    """KV tokens as people say them: 131k, 1.2M."""
+    return f"{count / 1e6:.1f}M" if count >= 1_000_000 else f"{count / 1000:.0f}k"

@@ -277,25 +277,11 @@ class Controller:
         if change is None or not self._bootstrapped or not self.policy.rescaled:
             return ()
         before = self._policy_cap()
-        then = change.level_then
-        if change.lost:  # from the level when it went down: the policy may have cut for it
-            start = self._level if then is None else then
-            level = min(self._level, start * change.factor)
-        else:  # up by its share, but to no more than the whole pool held before the loss
-            level = self._level * change.factor
-            level = level if then is None else max(self._level, min(level, then))
-        self._level = self._bounded(level)
+        self._level = self._bounded(change.scaled(self._level))
         self.policy.pool_changed()
-        if change.lost:
-            what = f"{_names(change.lost)} lost (down {change.down_s:.0f} s)"
-        else:
-            what = f"{_names(change.back)} back"
-        if change.lost and change.back:
-            what += f", {_names(change.back)} back"
-        detail = f"{what}: KV {_tokens(change.before)} -> {_tokens(change.after)} tokens"
         cause = Cause.ENGINE_LOST if change.after < change.before else Cause.ENGINE_BACK
         moment = self._moment(now)
-        return (moment.policy_record(DecisionKind.RESCALE, cause, detail, before=before),)
+        return (moment.policy_record(DecisionKind.RESCALE, cause, change.detail, before=before),)
 
     def _release_drain(
         self, reading: Reading, poll: PollSummary, now: float
@@ -397,15 +383,6 @@ class Controller:
 
     def _bounded(self, level: float) -> float:
         return min(float(self.config.max_inflight), max(float(self.config.min_inflight), level))
-
-
-def _names(engines: tuple[str, ...]) -> str:
-    return ", ".join(engines)
-
-
-def _tokens(count: int) -> str:
-    """KV tokens as people say them: 131k, 1.2M."""
-    return f"{count / 1e6:.1f}M" if count >= 1_000_000 else f"{count / 1000:.0f}k"
 
 
 def _incomplete_not_clear(reading: Reading, poll: PollSummary) -> Reading:
