@@ -46,6 +46,7 @@ from workers.core.dispatch.dispatcher import Dispatcher, OnFinished, RunEpisode
 from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, P
 from workers.core.dispatch.permits import PermitOutcome
 from workers.core.dispatch.records import DispatcherConfig
+from workers.core.members import Leaving, Left, PoolMembers
 from workers.core.samples import EngineHealth, LoadSample
 from workers.core.validation import check_range
 
@@ -57,6 +58,8 @@ Poll = Callable[[], Awaitable[Sequence[LoadSample]]]
 OnDecisions = Callable[[tuple[Decision, ...]], None]
 # Called once with the reason when the run cannot go on: no engine usable for too long.
 OnFailed = Callable[[str], None]
+# Called when an engine taken out of the run has drained: nothing of the run is on it now.
+OnLeft = Callable[[str], None]
 
 
 class EpisodeResult(Protocol):
@@ -101,6 +104,8 @@ class Steering(Protocol):
 
     def make_stats(self, now: float) -> ControllerStats: ...
 
+    def set_pool(self, engines: Iterable[str]) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
@@ -136,6 +141,7 @@ class ControlLoop(Generic[P, R]):
         on_finished: OnFinished[P, R] | None = None,
         on_decisions: OnDecisions | None = None,
         on_failed: OnFailed | None = None,
+        on_left: OnLeft | None = None,
     ) -> None:
         self.config = config or LoopConfig()
         self._controller = controller
@@ -144,9 +150,10 @@ class ControlLoop(Generic[P, R]):
         self._on_finished = on_finished
         self._on_decisions = on_decisions
         self._on_failed = on_failed
+        self._on_left = on_left
         self.failure: str | None = None  # why the run cannot go on, once it cannot
         self._log: deque[Decision] = deque(maxlen=self.config.decision_log_size)
-        self._engines = tuple(engines)
+        self._members = PoolMembers(engines)
         self._down: frozenset[str] = frozenset()
         self._state = LoopState.NEW
         self._task: asyncio.Task[None] | None = None
@@ -158,7 +165,7 @@ class ControlLoop(Generic[P, R]):
             clock=clock,
             cap=0,  # nothing runs before the loop does
             config=dispatcher_config,
-            engines=self._engines,
+            engines=self._members.engines,
             on_engine=self._engine_changed,
         )
 
@@ -215,11 +222,14 @@ class ControlLoop(Generic[P, R]):
         try:
             samples = await self._poll()
             decisions = self._controller.on_poll(
-                samples, inflight=self.dispatcher.inflight, now=self._clock.now()
+                self._members.shown(samples),
+                inflight=self.dispatcher.inflight,
+                now=self._clock.now(),
             )
             self.polls += 1
             self._apply(decisions)
             self._route(samples)
+            self._end_drains()
         except Exception:
             self.failed_polls += 1
             logger.exception("control loop: poll skipped, the cap holds")
@@ -236,7 +246,7 @@ class ControlLoop(Generic[P, R]):
         for engine in sorted(self._down - down):
             logger.info("control loop: engine %s is back; it takes new groups again", engine)
         self._down = down
-        self.dispatcher.set_engines(e for e in self._engines if e not in down)
+        self.dispatcher.set_engines(self._members.routable(down))
 
     def _check_engines(self) -> None:
         """Fail the run, once, when no engine has been usable for the breakers' give-up time;
@@ -270,6 +280,83 @@ class ControlLoop(Generic[P, R]):
                     engine=change.engine,
                 ),
             )
+        )
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The run's engines now, draining ones included."""
+        return self._members.engines
+
+    @property
+    def leaving(self) -> tuple[Leaving, ...]:
+        return self._members.leaving
+
+    def add_engine(self, engine: str) -> Decision:
+        """``engine`` joins the run: new groups may go to it at once (the controller rescales
+        the cap when a poll first reports its KV). ValueError when it is in the run already.
+        The decision is the caller's to apply (``command``), once linked to its command."""
+        self._members.add(engine)
+        self._pool_changed()
+        return self._engine_decision(
+            DecisionKind.ENGINE_JOIN, engine, f"{engine} joined the run: it takes new groups now"
+        )
+
+    def drain_engine(self, engine: str, drain_s: float) -> Decision:
+        """``engine`` leaves the run: no new group goes to it from now, and after ``drain_s``
+        what is still on it is cancelled; it has left once nothing is (``on_left``). The
+        decision is the caller's to apply, as ``add_engine``'s."""
+        leaving = self._members.drain(engine, self._clock.now(), drain_s)
+        self._pool_changed()
+        held = self.dispatcher.stats().inflight_by_engine.get(engine, 0)
+        return self._engine_decision(
+            DecisionKind.ENGINE_DRAIN,
+            engine,
+            f"{engine} leaves the run: no new groups; the {held} episodes on it have "
+            f"{leaving.deadline - leaving.since:g} s to finish",
+            {"inflight": held, "drain_s": leaving.deadline - leaving.since},
+        )
+
+    def _pool_changed(self) -> None:
+        self.dispatcher.set_engines(self._members.routable(self._down))
+        self._controller.set_pool(self._members.routable(()))
+
+    def _end_drains(self) -> None:
+        """End the drains that are over: an engine with nothing on it has left; one past its
+        deadline has what is still on it cancelled (counted in the decision) first."""
+        inflight = self.dispatcher.stats().inflight_by_engine
+        for left in self._members.ended(self._clock.now(), inflight):
+            cancelled = self.dispatcher.evict(left.engine) if left.past_deadline else 0
+            self.dispatcher.forget(left.engine)
+            self._apply((self._left_decision(left, cancelled),))
+            if self._on_left is not None:
+                self._on_left(left.engine)
+
+    def _left_decision(self, left: Left, cancelled: int) -> Decision:
+        if left.past_deadline:
+            how = f"{cancelled} episodes still on it cancelled at its deadline"
+        else:
+            how = f"drained in {left.drained_s:.0f} s"
+        return self._engine_decision(
+            DecisionKind.ENGINE_LEAVE,
+            left.engine,
+            f"{left.engine} left the run: {how}",
+            {"cancelled": cancelled, "drained_s": round(left.drained_s, 3)},
+        )
+
+    def _engine_decision(
+        self, kind: DecisionKind, engine: str, reason: str, figures: dict[str, float] | None = None
+    ) -> Decision:
+        now, cap = self._clock.now(), self._controller.cap
+        return Decision(
+            at=now,
+            kind=kind,
+            cause=Cause.OPERATOR,
+            signal=self._controller.make_stats(now).signal,
+            cap_before=cap,
+            cap_after=cap,
+            reason=reason,
+            figures=figures or {},
+            engine=engine,
         )
 
     def _finished(self, finished: FinishedEpisode[P, R]) -> None:

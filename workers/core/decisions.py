@@ -62,6 +62,8 @@ class Cause(StrEnum):
     WEIGHTS = "weights"  # the trainer acknowledged a step with new weights
     ENGINE_LOST = "engine lost"  # an engine was down past engine_lost_s: the pool is smaller
     ENGINE_BACK = "engine back"  # a lost engine is up again: the pool is its size again
+    ENGINE_JOINED = "engine joined"  # an operator added an engine to the run: a larger pool
+    ENGINE_LEFT = "engine left"  # an operator took an engine out of the run: a smaller pool
 
 
 class DecisionKind(StrEnum):
@@ -84,7 +86,10 @@ class DecisionKind(StrEnum):
     ENGINE_OUT = "engine-out"  # an engine's episodes kept failing: no new group goes to it
     ENGINE_BACK = "engine-back"  # an engine out of routing answered: it takes groups again
     WEIGHTS = "weights"  # an engine was brought to a new policy version (or failed to be)
-    RESCALE = "rescale"  # the pool's KV capacity changed (an engine lost or back): cap scaled
+    RESCALE = "rescale"  # the pool's KV capacity changed (engine lost, back, joined, left)
+    ENGINE_JOIN = "engine-join"  # an operator added an engine: new groups go to it at once
+    ENGINE_DRAIN = "engine-drain"  # an operator took an engine out: no new group, it drains
+    ENGINE_LEAVE = "engine-leave"  # a draining engine left the run (drained, or its deadline)
 
 
 @dataclass(frozen=True, slots=True)

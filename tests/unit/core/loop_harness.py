@@ -97,6 +97,7 @@ class LoopHarness:
         self.episodes = Episodes()
         self.monitor = Monitor()
         self.finished: list[FinishedEpisode[int, Done]] = []
+        self.left: list[str] = []  # engines whose drain ended
         self.controller = controller
         self.loop: ControlLoop[int, Done] = ControlLoop(
             controller=controller,
@@ -107,6 +108,7 @@ class LoopHarness:
             config=LoopConfig(poll_period=PERIOD, decision_log_size=log_size),
             dispatcher_config=dispatcher_config,
             on_finished=self.finished.append,
+            on_left=self.left.append,
         )
         self._groups = 0
 

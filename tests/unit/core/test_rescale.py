@@ -130,3 +130,52 @@ def test_a_latency_policy_is_not_rescaled() -> None:
 
     ctl = started(Gradient2Policy(), engine_lost_s=10.0)
     assert polls(ctl, DOWN, 5.0, 5) == []
+
+
+def joined_pool(extra: list) -> list:
+    return [sample("e0", capacity=131_072), sample("e1", capacity=131_072), *extra]
+
+
+def rescales(decisions: tuple) -> list:
+    return [d for d in decisions if d.kind is DecisionKind.RESCALE]
+
+
+def test_an_engine_that_joins_scales_the_cap_up_once_it_reports_its_kv() -> None:
+    ctl = Controller(ControllerConfig(initial_inflight=150), PacerPolicy())
+    ctl.on_poll(joined_pool([]), inflight=0, now=0.0)
+    ctl.set_pool(["e0", "e1", "e2"])
+    silent = [sample("e2", capacity=None, health=DOWN)]
+    assert rescales(ctl.on_poll(joined_pool(silent), inflight=150, now=5.0)) == []
+    reported = joined_pool([sample("e2", capacity=65_536)])
+    (joined,) = rescales(ctl.on_poll(reported, inflight=150, now=10.0))
+    assert (joined.cap_before, joined.cap_after, joined.cause) == (150, 187, Cause.ENGINE_JOINED)
+    assert joined.reason.endswith("e2 joined: KV 262k -> 328k tokens")
+    assert rescales(ctl.on_poll(reported, inflight=150, now=15.0)) == []
+
+
+def test_an_engine_that_leaves_takes_its_share_and_joins_afresh_when_added_again() -> None:
+    ctl = started()
+    ctl.set_pool(["e0", "e1"])
+    (left,) = rescales(ctl.on_poll(joined_pool([]), inflight=150, now=5.0))
+    assert (left.cap_before, left.cap_after, left.cause) == (150, 100, Cause.ENGINE_LEFT)
+    assert left.reason.endswith("e2 left: KV 393k -> 262k tokens")
+    ctl.set_pool(["e0", "e1", "e2"])
+    (joined,) = rescales(ctl.on_poll(pool(), inflight=100, now=10.0))
+    assert (joined.cap_before, joined.cap_after, joined.cause) == (100, 150, Cause.ENGINE_JOINED)
+
+
+def test_the_pool_the_polls_show_is_no_declaration() -> None:
+    """Engines missing from a poll (a test's or a monitor's) have not left: only a declared
+    pool changes who counts."""
+    ctl = started()
+    assert rescales(ctl.on_poll(joined_pool([]), inflight=150, now=5.0)) == []
+    assert ctl.cap == 150
+
+
+def test_an_engine_lost_then_taken_out_of_the_run_is_not_counted_back() -> None:
+    ctl = started(engine_lost_s=10.0)
+    polls(ctl, DOWN, 5.0, 3)  # e2 lost: 150 -> 100
+    assert ctl.cap == 100
+    ctl.set_pool(["e0", "e1"])
+    assert rescales(ctl.on_poll(joined_pool([]), inflight=100, now=25.0)) == []
+    assert ctl.cap == 100

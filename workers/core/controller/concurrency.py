@@ -55,7 +55,8 @@ class Controller:
       updating decides nothing and restarts the stall clock instead of freezing.
     - Engines lost and back (``PoolCapacity``): an engine down for ``engine_lost_s`` no
       longer counts in the pool's KV capacity, and the cap is rescaled in proportion to what
-      is left (a ``rescale`` decision); when it is up again the cap is rescaled back. The
+      is left (a ``rescale`` decision); when it is up again the cap is rescaled back. An
+      engine that joins the run's pool, or leaves it, is rescaled for the same way. The
       policy forgets what it had learnt of the old pool's limits (``Policy.pool_changed``).
     - Operator commands: ``pin(cap, ttl)`` holds the real cap until ``release`` or the TTL
       while the policy runs on in the shadow, which grows only on evidence; ``set(cap)`` moves
@@ -172,6 +173,11 @@ class Controller:
             out += (self._apply(proposal, now),)
         return out
 
+    def set_pool(self, engines: Iterable[str]) -> None:
+        """The run's engines changed (an operator added or took one out): the next poll
+        rescales the cap for the pool's new KV capacity (``PoolCapacity.declare``)."""
+        self._capacity.declare(engines)
+
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
         """One episode finished; it may grow the cap."""
         n = completion.pool
@@ -279,9 +285,10 @@ class Controller:
         before = self._policy_cap()
         self._level = self._bounded(change.scaled(self._level))
         self.policy.pool_changed()
-        cause = Cause.ENGINE_LOST if change.after < change.before else Cause.ENGINE_BACK
         moment = self._moment(now)
-        return (moment.policy_record(DecisionKind.RESCALE, cause, change.detail, before=before),)
+        return (
+            moment.policy_record(DecisionKind.RESCALE, change.cause, change.detail, before=before),
+        )
 
     def _release_drain(
         self, reading: Reading, poll: PollSummary, now: float

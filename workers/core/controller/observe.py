@@ -51,6 +51,9 @@ class ObserveOnly:
     ) -> tuple[Decision, ...]:
         return self._observed(self._inner.on_poll(samples, inflight=inflight, now=now))
 
+    def set_pool(self, engines: Iterable[str]) -> None:
+        self._inner.set_pool(engines)
+
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
         return self._observed(self._inner.on_completion(completion, now=now))
 

@@ -181,6 +181,11 @@ class EngineBreakers:
             state.down = engine not in up
         self._recount(now)
 
+    def forget(self, engine: str, now: float) -> None:
+        """``engine`` left the run: it counts for nothing any more, usable or not."""
+        self._engines.pop(engine, None)
+        self._recount(now)
+
     def next_probe_at(self) -> float | None:
         """When the next engine out of routing may be probed; None when none waits to be."""
         times = [

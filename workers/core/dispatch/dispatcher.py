@@ -147,6 +147,20 @@ class Dispatcher(Generic[P, R]):
             groups.append(group.spec.group_id)
         return ShedReport(tuple(groups), cancelled)
 
+    def evict(self, engine: str) -> int:
+        """Cancel every group with an episode live on ``engine`` (an engine leaving the run,
+        past its drain deadline); how many live episodes were cancelled."""
+        on_engine = [
+            group
+            for group in self._queue.groups()
+            if any(live.permit.engine_id == engine for live in group.live.values())
+        ]
+        return sum(self._close(group, CancelReason.ENGINE_LEFT) for group in on_engine)
+
+    def forget(self, engine: str) -> None:
+        """``engine`` left the run: its breaker goes with it."""
+        self.breakers.forget(engine, self._clock.now())
+
     def drop(self, group_id: str) -> int:
         """Cancel what is left of a group whose result is lost already (a member failed);
         how many live episodes were cancelled. An unknown or ended group is no error."""

@@ -24,6 +24,7 @@ class CancelReason(StrEnum):
     OFF_POLICY = "off-policy"  # its group fell more than max_off_policy_steps behind
     DROPPED = "dropped"  # its group lost a member: the rest of it would be wasted work
     CLOSED = "closed"  # the dispatcher shut down
+    ENGINE_LEFT = "engine left"  # its engine was taken out of the run and its deadline passed
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ class Tally:
     off_policy: int = 0  # cancelled as too far behind the policy
     dropped: int = 0  # cancelled with a group that lost a member
     closed: int = 0  # cancelled at shutdown
+    engine_left: int = 0  # cancelled on an engine taken out of the run, at its deadline
 
 
 _COLUMNS: dict[PermitOutcome | CancelReason, int] = {
@@ -35,6 +36,7 @@ _COLUMNS: dict[PermitOutcome | CancelReason, int] = {
     CancelReason.OFF_POLICY: 4,
     CancelReason.DROPPED: 5,
     CancelReason.CLOSED: 6,
+    CancelReason.ENGINE_LEFT: 7,
 }
 
 
@@ -70,5 +72,5 @@ class Tallies:
         key = (kind, env, engine_id)
         row = self._rows.get(key)
         if row is None:
-            row = self._rows[key] = [0] * 7
+            row = self._rows[key] = [0] * 8
         return row

@@ -116,6 +116,7 @@ class Orchestrator:
         start: StartPoint | None = None,
         on_episode: Callable[[FinishedEpisode[EpisodeSpec, Episode]], None] | None = None,
         weights: Mapping[str, EngineWeights] | None = None,
+        on_engine_left: Callable[[str], None] | None = None,
     ) -> None:
         if config.trainer.mode == "external" and acks is None:
             raise ValueError("trainer mode 'external' needs a source of acknowledgements")
@@ -127,6 +128,7 @@ class Orchestrator:
         self._acks = acks
         self._reporter = reporter or QuietReporter()
         self._on_episode = on_episode  # every episode that left the pool, for benchmarks
+        self._on_engine_left = on_engine_left  # the runtime drops what it kept for the engine
         self._engines = dict(engines)
         self._max_model_len = max_model_len
         self._envs = _labelled(config.envs)
@@ -145,6 +147,7 @@ class Orchestrator:
             on_finished=self._finished,
             on_decisions=self._decided,
             on_failed=self._fail,
+            on_left=self._engine_left,
         )
         self._relay = (
             None
@@ -210,7 +213,7 @@ class Orchestrator:
         relay = self._relay
         if relay is None:
             return None
-        return {e: (relay.served.get(e), e in relay.updating) for e in self._engines}
+        return {e: (relay.served.get(e), e in relay.updating) for e in list(self._engines)}
 
     @property
     def waves(self) -> int:
@@ -223,6 +226,45 @@ class Orchestrator:
         if not any(env.kind is EpisodeKind.EVAL for env in self._envs.values()):
             raise ValueError("the run has no eval environment to run a wave of")
         self._start_wave()
+
+    def add_engine(
+        self, name: str, client: EngineClient, weights: EngineWeights | None = None
+    ) -> Decision:
+        """An engine joins the running run (an operator's command): new groups go to it at
+        once, or, when the run relays weights, once the version check has brought it to the
+        run's version. ValueError when it is in the run already, or when its weight routes are
+        missing (or given) against the run's trainer. The decision is the caller's to apply
+        (``loop.command``), once linked to its command."""
+        if (weights is None) != (self._relay is None):
+            needs = "needs its weight routes" if weights is None else "relays no weights"
+            raise ValueError(f"engine {name}: the run {needs}")
+        versions = self._versions
+        if versions is not None:
+            self._loop.dispatcher.hold(name)  # before routing can reach it
+        try:
+            decision = self._loop.add_engine(name)
+        except ValueError:
+            if versions is not None and name not in self._loop.engines:
+                self._loop.dispatcher.release(name)
+            raise
+        self._engines[name] = client
+        if versions is not None and self._relay is not None and weights is not None:
+            self._relay.add(name, weights)
+            versions.add(name)
+        return decision
+
+    def remove_engine(self, name: str, drain_s: float) -> Decision:
+        """An engine leaves the running run: it drains (``ControlLoop.drain_engine``), then
+        its client goes. ValueError for an engine not in the run, or its last."""
+        return self._loop.drain_engine(name, drain_s)
+
+    def _engine_left(self, name: str) -> None:
+        self._engines.pop(name, None)
+        if self._relay is not None and self._versions is not None:
+            self._relay.remove(name)
+            self._versions.remove(name)
+        if self._on_engine_left is not None:
+            self._on_engine_left(name)
 
     def stop(self, reason: str = "stopped") -> None:
         """End the run after the step being written, if one is; nothing half written."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -90,7 +90,7 @@ class EngineUpdate:
 
 @dataclass
 class Relay:
-    engines: Mapping[str, EngineWeights]
+    engines: dict[str, EngineWeights]  # engines join and leave a running run
     clock: Clock
     mode: UpdateMode = UpdateMode.SYNC
     routing: Routing | None = None  # needed in rolling mode
@@ -113,17 +113,36 @@ class Relay:
         if self.mode is UpdateMode.ROLLING and self.routing is None:
             raise ValueError("rolling updates need the dispatcher's routing to hold engines")
 
+    def add(self, name: str, engine: EngineWeights) -> None:
+        """An engine joined the run: no record covers it, so the next ``check`` reads its
+        version and brings it to ``target`` if it serves another."""
+        self.engines[name] = engine
+        self.served.pop(name, None)
+        self._suspects.discard(name)
+
+    def remove(self, name: str) -> None:
+        """An engine left the run: an update under way leaves it out from now."""
+        self.engines.pop(name, None)
+        self.served.pop(name, None)
+        self.resumed_at.pop(name, None)
+        self._suspects.discard(name)
+
     async def update(self, version: int, checkpoint: str) -> tuple[Decision, ...]:
         """Bring every engine to ``version`` from ``checkpoint``; one decision per engine.
         Each engine's record changes as it resumes, so the turns it serves next carry the
         new version while the others still carry theirs."""
         async with self._lock:
+            names = list(self.engines)  # engines may leave meanwhile: each is looked up
             if self.mode is UpdateMode.SYNC:
                 done = await asyncio.gather(
-                    *(self._one(name, version, checkpoint) for name in self.engines)
+                    *(self._one(name, version, checkpoint) for name in names)
                 )
             else:
-                done = [await self._rolled(name, version, checkpoint) for name in self.engines]
+                done = [
+                    await self._rolled(name, version, checkpoint)
+                    for name in names
+                    if name in self.engines
+                ]
             if any(not one.error for one in done):
                 self.target = (version, checkpoint)
         return tuple(self._decision(one, version) for one in done)
@@ -148,12 +167,14 @@ class Relay:
             if self.target is None:
                 return ()
             version, checkpoint = self.target
-            for name, engine in self.engines.items():
+            for name, engine in list(self.engines.items()):
                 try:
                     found = await engine.served_version()
                     paused = await engine.is_paused()
                 except Exception:
                     continue
+                if name not in self.engines:
+                    continue  # it left the run while it was asked
                 found_version = BASE_VERSION if found is None else found
                 known = None if name in self._suspects else self.served.get(name)
                 self._suspects.discard(name)

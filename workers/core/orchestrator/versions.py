@@ -54,6 +54,19 @@ class VersionWatch:
         self._resumes_seen: dict[str, float] = {}
         self._held_for_check: set[str] = set()  # engines out of routing until checked
 
+    def add(self, engine: str) -> None:
+        """An engine joined the run (held out of routing by the caller): checked at once, and
+        routed once its version is read back (and, if need be, pushed)."""
+        self._engines = (*self._engines, engine)
+        self._held_for_check.add(engine)
+        self._check_now.set()
+
+    def remove(self, engine: str) -> None:
+        self._engines = tuple(e for e in self._engines if e != engine)
+        self._health.pop(engine, None)
+        self._settling.pop(engine, None)
+        self._resumes_seen.pop(engine, None)
+
     def served(self, engine: str, dispatched: int) -> int:
         """The version ``engine`` serves on the relay's record; ``dispatched`` (the version
         its group was dispatched under) while no weights were relayed to it, when only the

@@ -79,8 +79,11 @@ class ThroughputProbe:
         elapsed = poll.at - self._since
         self._paid = False
         epoch = None
-        if elapsed > 0 and self._whole and self._inflight_sum > 0:
-            epoch = EpochRate(self._inflight_sum / self._polls, self._tokens / elapsed)
+        rate = self._tokens / elapsed if elapsed > 0 else math.inf
+        # An epoch of a vanishing length (polls a hair apart) measures nothing, and its
+        # infinite rate would make the stored state unreadable.
+        if math.isfinite(rate) and self._whole and self._inflight_sum > 0:
+            epoch = EpochRate(self._inflight_sum / self._polls, rate)
         self._start(index, poll.at)
         return epoch is not None and self._judge(epoch)
 
