@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from bench.virtual.fit import fit_workload, workload_toml
-from bench.virtual.report import build_report, write_sensitivity
+from bench.virtual.report import BENCH_DIR, RESULTS, build_report, stored_oracle, write_sensitivity
 from bench.virtual.run import run_workload
 from bench.virtual.sensitivity import sensitivity
 from bench.virtual.suite import sweep
@@ -26,13 +26,34 @@ def _run(args: argparse.Namespace) -> None:
             raise SystemExit(2)
         training = dataclasses.replace(workload.training, updates=args.updates)
         workload = dataclasses.replace(workload, training=training)
+    oracle, source = _oracle(args, workload.name)
     outcome = run_workload(workload, args.policy, seconds=args.seconds, start=args.start)
-    figures = outcome.figures()
+    figures = outcome.figures(oracle) | {"oracle": round(oracle, 1), "oracle_from": source}
     if args.json:
         print(json.dumps(figures, indent=2))
         return
     for key, value in figures.items():
-        print(f"{key:>20}: {value}")
+        print(f"{key:>23}: {value}")
+
+
+def _oracle(args: argparse.Namespace, name: str) -> tuple[float, str]:
+    """The oracle to read one run against, and where it came from, found before the run so
+    that a run never ends without its ratios: the flags first, as the caller asked for
+    them, then the last report's sweep."""
+    if args.oracle is not None:
+        return args.oracle, "the --oracle flag"
+    if args.sweep:
+        curve = sweep(args.workload)
+        return curve.oracle, f"a sweep now (best cap {curve.best_cap})"
+    stored, where = stored_oracle(args.workload, name), RESULTS.relative_to(BENCH_DIR.parent)
+    if stored is None:
+        print(
+            f"{args.workload}: no oracle for {name}: {where} has no sweep of it; "
+            "pass --oracle TOKENS_PER_S, or --sweep to sweep it now",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return stored, str(where)
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -81,6 +102,14 @@ def main(argv: list[str] | None = None) -> None:
         "--updates", choices=UPDATE_MODES, default=None, help="the workload's [trainer] updates"
     )
     run.add_argument("--json", action="store_true")
+    oracle = run.add_mutually_exclusive_group()
+    oracle.add_argument(
+        "--oracle",
+        type=float,
+        metavar="TOKENS_PER_S",
+        help="the oracle's rate (default: the workload's sweep in bench/report/results.json)",
+    )
+    oracle.add_argument("--sweep", action="store_true", help="sweep the workload for the oracle")
     run.set_defaults(handler=_run)
     sweep_ = commands.add_parser("sweep", help="the oracle: every fixed cap of the ladder")
     sweep_.add_argument("--workload", required=True)

@@ -2,9 +2,13 @@
 
 The objective is completed-episode tokens per second over the whole run, ramp included:
 tokens of episodes cancelled, failed or still in flight at the end count for nothing, as
-for a trainer they are nothing. The other figures explain it: preemptions, wasted tokens,
-how long until the run delivered 90 % of the oracle's rate, how often the cap turned
-around, and how full the KV cache got.
+for a trainer they are nothing. A ten-minute run spends a large share of its window on the
+ramp while real runs last hours, so the ramp and the steady state are also read apart: the
+steady ratio (the second half's rate over the oracle's) and the time to 90 % of the oracle's
+rate, in seconds and in turnovers of the pool (the controller's own count), which says how
+fast a policy ramps whatever the workload's episode length. The other figures explain
+them: preemptions, wasted tokens, how often the cap turned around, and how full the KV cache
+got.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Sample:
     kv: float  # highest KV usage of a serving engine
     running: int
     waiting: int  # waiting for capacity, serving engines
+    turnover: float  # the controller's full replacements of the pool since the start
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,18 @@ class RunOutcome:
     def throughput(self) -> float:
         """Completed-episode tokens per second over the whole run."""
         return self.completed_tokens / self.seconds
+
+    @property
+    def steady_throughput(self) -> float:
+        """Completed-episode tokens per second over the second half of the run, from its
+        last poll at or before half-way (the run's start if none) to the end: the rate once
+        the ramp is over, which is what an hours-long run mostly delivers."""
+        at, done = 0.0, 0
+        for sample in self.samples:
+            if sample.at > self.seconds / 2:
+                break
+            at, done = sample.at, sample.completed_tokens
+        return (self.completed_tokens - done) / (self.seconds - at)
 
     @property
     def direction_changes(self) -> int:
@@ -86,16 +103,18 @@ class RunOutcome:
                 sample.completed_tokens - samples[j].completed_tokens,
             )
 
-    def time_to(self, rate: float) -> float | None:
-        """The first time the trailing minute delivered at least ``rate`` tokens/s."""
+    def reached(self, rate: float) -> Sample | None:
+        """The first poll whose trailing minute delivered at least ``rate`` tokens/s: when,
+        and after how many turnovers, the ramp got there."""
         for sample, span, done in self.trailing():
             if span >= RATE_WINDOW_S * 0.99 and done / span >= rate:
-                return sample.at
+                return sample
         return None
 
     def figures(self, oracle: float | None = None) -> dict[str, Any]:
-        """The run's figures as the report and ``--json`` show them."""
-        reach = None if oracle is None else self.time_to(NEAR_ORACLE * oracle)
+        """The run's figures as the report and ``--json`` show them; those read against the
+        oracle are None without it."""
+        reach = None if oracle is None else self.reached(NEAR_ORACLE * oracle)
         return {
             "workload": self.workload,
             "policy": self.policy,
@@ -103,11 +122,14 @@ class RunOutcome:
             "seconds": self.seconds,
             "throughput": round(self.throughput, 1),
             "ratio_to_oracle": None if not oracle else round(self.throughput / oracle, 3),
+            "steady_throughput": round(self.steady_throughput, 1),
+            "steady_ratio": None if not oracle else round(self.steady_throughput / oracle, 3),
             "completed_episodes": self.completed_episodes,
             "failed_episodes": self.failed_episodes,
             "preemptions": self.preemptions,
             "wasted_tokens": self.wasted_tokens,
-            "time_to_90pct_s": reach,
+            "time_to_90pct_s": None if reach is None else reach.at,
+            "time_to_90pct_turnovers": None if reach is None else round(reach.turnover, 1),
             "direction_changes": self.direction_changes,
             "settled_cap": round(self.settled_cap, 1),
             "max_kv": round(self.max_kv, 3),

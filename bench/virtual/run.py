@@ -67,7 +67,8 @@ class NoWriter:
 
 
 class Recorder:
-    """What the run measures: completed tokens as episodes end, the load at every poll."""
+    """What the run measures: completed tokens as episodes end; at every poll, the load and
+    the controller's count of turnovers, which the ramp is read in."""
 
     def __init__(self, engines: list[SimEngine]) -> None:
         self.engines = engines
@@ -87,7 +88,8 @@ class Recorder:
     def poll(self, now: float) -> list[LoadSample]:
         samples = [engine.sample(now) for engine in self.engines]
         assert self.orchestrator is not None
-        dispatcher = self.orchestrator.loop.dispatcher
+        loop = self.orchestrator.loop
+        dispatcher = loop.dispatcher
         decode = [s for s in samples if s.role is not EngineRole.PREFILL and s.is_fresh]
         self.samples.append(
             Sample(
@@ -98,6 +100,7 @@ class Recorder:
                 kv=max((s.kv_usage for s in decode), default=0.0),
                 running=sum(s.num_running for s in decode),
                 waiting=sum(s.capacity_waiters for s in decode),
+                turnover=loop.controller.make_stats(now).turnover,
             )
         )
         return samples

@@ -1,0 +1,99 @@
+"""A run's figures read apart: the steady ratio over the second half, the ramp in seconds and
+in turnovers, on outcomes built by hand so that every figure is known in advance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.virtual.cli import main
+from bench.virtual.outcome import RunOutcome, Sample
+
+SECONDS = 100.0
+
+
+def tokens_at(at: float) -> int:
+    """A ramp with three rates: 50 tokens/s up to 50 s, 100 up to 75 s, 200 to the end.
+    The whole run's rate (100), its first half's (50), its last quarter's (200) and its
+    second half's (150) all differ, so a wrong window cannot pass for the right one."""
+    if at <= 50:
+        return round(50 * at)
+    if at <= 75:
+        return 2500 + round(100 * (at - 50))
+    return 5000 + round(200 * (at - 75))
+
+
+def outcome(poll_every: float) -> RunOutcome:
+    polls = [i * poll_every for i in range(int(SECONDS / poll_every) + 1)]
+    samples = tuple(
+        Sample(
+            at=at,
+            cap=10,
+            inflight=10,
+            completed_tokens=tokens_at(at),
+            kv=0.5,
+            running=10,
+            waiting=0,
+            turnover=at / 10,  # episodes of ten seconds: one turnover every ten seconds
+        )
+        for at in polls
+    )
+    return RunOutcome(
+        workload="t",
+        policy="pacer",
+        seconds=SECONDS,
+        completed_tokens=tokens_at(SECONDS),
+        completed_episodes=100,
+        failed_episodes=0,
+        wasted_tokens=0,
+        preemptions=0,
+        max_kv=0.5,
+        samples=samples,
+        engine_runs=0,
+    )
+
+
+def test_the_steady_rate_is_the_second_half_of_the_run() -> None:
+    run = outcome(poll_every=5.0)
+    assert run.throughput == 100.0
+    assert run.steady_throughput == 150.0
+    figures = run.figures(oracle=120.0)
+    assert figures["ratio_to_oracle"] == pytest.approx(100 / 120, abs=1e-3)
+    assert figures["steady_ratio"] == 1.25
+
+
+def test_the_second_half_starts_at_the_last_poll_before_half_way() -> None:
+    """Polls every 7 s: none falls on 50 s, so the second half is read from the poll at 49 s
+    (2,450 tokens), never from one past half-way."""
+    assert outcome(poll_every=7.0).steady_throughput == pytest.approx((10000 - 2450) / 51)
+
+
+def test_the_ramp_is_read_in_seconds_and_in_the_controllers_turnovers() -> None:
+    """90 % of 120 tokens/s is 108: the trailing minute first delivers it at 90 s (6,500
+    tokens since 30 s), when the controller had counted nine turnovers."""
+    figures = outcome(poll_every=5.0).figures(oracle=120.0)
+    assert (figures["time_to_90pct_s"], figures["time_to_90pct_turnovers"]) == (90.0, 9.0)
+
+
+def test_without_an_oracle_only_the_figures_against_it_are_missing() -> None:
+    figures = outcome(poll_every=5.0).figures()
+    assert figures["steady_throughput"] == 150.0
+    assert figures["steady_ratio"] is None
+    assert figures["time_to_90pct_s"] is None and figures["time_to_90pct_turnovers"] is None
+
+
+def test_a_run_with_no_oracle_anywhere_is_refused_before_it_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = tmp_path / "unswept.toml"
+    workload.write_text(
+        '[workload]\nname = "unswept"\n[[engine]]\nkv_tokens = 8192\nmax_model_len = 1024\n'
+        '[[env]]\nname = "longtail"\n[env.args]\ncompletion_tokens = 100\n'
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--workload", str(workload), "--policy", "pacer"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "bench/report/results.json" in error
+    assert "--oracle TOKENS_PER_S" in error and "--sweep" in error
