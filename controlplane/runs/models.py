@@ -322,6 +322,8 @@ class OverrideMode(models.TextChoices):
     PAUSE = "pause", "Pause"  # store the run's state and free its worker
     RESUME = "resume", "Resume"  # queue a paused run again
     STOP = "stop", "Stop"  # end the run after the step being written
+    ENGINE_ADD = "engine-add", "Add engine"  # ``engine`` joins the run's pool
+    ENGINE_REMOVE = "engine-remove", "Remove engine"  # ``engine`` drains out within ``drain_s``
 
     @classmethod
     def cap_commands(cls) -> tuple[str, ...]:
@@ -340,6 +342,9 @@ class Override(models.Model):
     cap = models.PositiveIntegerField(null=True, blank=True)
     ttl_s = models.FloatField(null=True, blank=True)
     reason = models.CharField(max_length=500, blank=True, default="")
+    # An engine command's engine, as the run names it (its registered name, or host:port).
+    engine = models.CharField(max_length=200, blank=True, default="")
+    drain_s = models.FloatField(null=True, blank=True)  # an engine-remove's drain deadline
     applied_at = models.DateTimeField(null=True, blank=True)
     decision = models.OneToOneField(
         Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="override"

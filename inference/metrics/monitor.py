@@ -103,6 +103,18 @@ class EngineMonitor:
         self._memory = {spec.name: _Memory(health.unseen(spec.name)) for spec in specs}
         self._warnings = WarningTracker(self._config.warnings)
 
+    def add(self, spec: EngineSpec) -> None:
+        """An engine joined the run: polled from the next poll on, unseen until it answers."""
+        if spec.name in self._memory:
+            raise ValueError(f"engine {spec.name} is polled already")
+        self._specs = (*self._specs, spec)
+        self._memory[spec.name] = _Memory(health.unseen(spec.name))
+
+    def remove(self, name: str) -> None:
+        """An engine left the run: polled no more, and forgotten."""
+        self._specs = tuple(spec for spec in self._specs if spec.name != name)
+        self._memory.pop(name, None)
+
     async def poll(self) -> PollResult:
         now = self._clock.now()
         due = [spec for spec in self._specs if self._memory[spec.name].status.due]

@@ -1,5 +1,6 @@
 """Operator commands reaching a hosted run: stored overrides applied to the controller (pin,
-set, release) or to the run (pause, stop), and trainer acknowledgements.
+set, release), to the run's engines (add, remove) or to the run (pause, stop), and trainer
+acknowledgements.
 
 The web process stores each command, then publishes a wake-up on the run's control channel
 (``controlplane.runs.control``). This listener applies whatever is stored and pending on every
@@ -27,10 +28,12 @@ from workers.core.clock import Clock
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.observe import ObserveOnly
 from workers.core.decisions import Decision
+from workers.core.members import DEFAULT_DRAIN_S
 from workers.core.orchestrator.orchestrator import Orchestrator
 from workers.core.orchestrator.ports import Ack
 from workers.runtime import store
 from workers.runtime.reporter import RunReporter
+from workers.runtime.run_engines import RunEngines
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ class Commands:
         controller: Controller | ObserveOnly,
         orchestrator: Orchestrator,
         reporter: RunReporter,
+        engines: RunEngines,
         call: Call,
         clock: Clock,
         redis_url: str,
@@ -62,6 +66,7 @@ class Commands:
         self._controller = controller
         self._orchestrator = orchestrator
         self._reporter = reporter
+        self._engines = engines
         self._call = call
         self._clock = clock
         self._redis_url = redis_url
@@ -123,6 +128,8 @@ class Commands:
             self._reporter.link(decision, override.pk)
             self._orchestrator.loop.command(decision)
             self._reporter.set_live(self._live())  # the run's cap written with its decision
+        elif mode in (OverrideMode.ENGINE_ADD, OverrideMode.ENGINE_REMOVE):
+            await self._engine_command(override)
         elif mode == OverrideMode.PAUSE:
             self.ending.append(override.pk)
             self._orchestrator.stop(PAUSED_BY_OPERATOR)
@@ -131,6 +138,25 @@ class Commands:
             self._orchestrator.stop(STOPPED_BY_OPERATOR)
         else:  # resume: the run is running already
             await self._settle(override.pk)
+
+    async def _engine_command(self, override: Override) -> None:
+        """Add or take out an engine. A host that started after the command was stored has
+        the stored config's engines already: the command is settled as done."""
+        name, adding = override.engine, override.mode == OverrideMode.ENGINE_ADD
+        if self._engines.has(name) == adding:
+            await self._settle(override.pk)
+            return
+        drain_s = DEFAULT_DRAIN_S if override.drain_s is None else override.drain_s
+        try:
+            decision = (
+                await self._engines.add(name) if adding else self._engines.remove(name, drain_s)
+            )
+        except ValueError as refused:
+            await self._settle(override.pk, error=str(refused))
+            return
+        decision = _with_reason(decision, f" - {override.reason}" if override.reason else "")
+        self._reporter.link(decision, override.pk)
+        self._orchestrator.loop.command(decision)
 
     async def _settle(self, override_id: int, *, error: str = "") -> None:
         await self._call(store.settle_override, self.run_id, self._owner, override_id, error=error)

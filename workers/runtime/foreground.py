@@ -120,6 +120,17 @@ class EnginePoll:
     def max_model_len(self, engine: str) -> int | None:
         return self._lengths.get(engine)
 
+    def add(self, spec: EngineSpec) -> None:
+        """An engine joined the run: polled from now on."""
+        self._monitor.add(spec)
+        self._specs = (*self._specs, spec)
+
+    def remove(self, name: str) -> None:
+        """An engine left the run: polled no more."""
+        self._monitor.remove(name)
+        self._specs = tuple(spec for spec in self._specs if spec.name != name)
+        self._lengths.pop(name, None)
+
     async def __call__(self) -> tuple[LoadSample, ...]:
         result = await self._monitor.poll()
         for sample in result.samples:

@@ -66,6 +66,7 @@ from workers.runtime.engines import engine_specs, preflight
 from workers.runtime.foreground import CONNECTIONS_SPARE, EnginePoll
 from workers.runtime.reporter import RunReporter
 from workers.runtime.reporting import FanOut
+from workers.runtime.run_engines import RunEngines
 from workers.runtime.run_folders import run_folder
 from workers.runtime.tenure import RAN_OUT, Tenure, TenureLost
 from workers.runtime.wandb_log import WandbLog
@@ -267,6 +268,15 @@ class Host:
                 else None
             )
             poll = EnginePoll(EngineMonitor(specs, metrics, self._clock), specs)
+            engines = RunEngines(
+                run_id=self.run_id,
+                model=model,
+                session=session,
+                weights_http=weights_http if weights is not None else None,
+                poll=poll,
+                reporter=reporter,
+                call=self.call,
+            )
             commands_changed = asyncio.Event()
             orchestrator = self.orchestrator = Orchestrator(
                 config,
@@ -289,7 +299,9 @@ class Host:
                     checkpoint=checkpoint,
                 ),
                 weights=weights,
+                on_engine_left=engines.left,
             )
+            engines.orchestrator = orchestrator
             poll.cap = lambda: orchestrator.loop.dispatcher.cap
             poll.on_poll = lambda result: reporter.poll(
                 result,
@@ -303,6 +315,7 @@ class Host:
                 controller=controller,
                 orchestrator=orchestrator,
                 reporter=reporter,
+                engines=engines,
                 call=self.call,
                 clock=self._clock,
                 redis_url=settings.REDIS_URL,

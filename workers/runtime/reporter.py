@@ -114,6 +114,15 @@ class RunReporter:
         if decisions:
             self._wake.set()
 
+    def register(self, endpoint: str, name: str | None) -> None:
+        """An engine joined the run; ``name`` is its registered name, if it has one (its
+        health is then kept on the engine's row too)."""
+        if name:
+            self._registered[endpoint] = name
+
+    def forget(self, endpoint: str) -> None:
+        self._registered.pop(endpoint, None)
+
     def link(self, decision: Decision, override_id: int) -> None:
         """``decision`` answers the stored override ``override_id``: when it is reported, the
         override is settled with it."""

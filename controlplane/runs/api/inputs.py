@@ -19,6 +19,7 @@ from controlplane.runs.services import MAX_OVERRIDE_CAP
 from workers.core.config.fields import ConfigError, FieldError
 from workers.core.controller.overrides import MAX_PIN_TTL_S
 from workers.core.decisions import DecisionKind
+from workers.core.members import DEFAULT_DRAIN_S, MAX_DRAIN_S
 
 # A config deeper than this is no config: the schema's deepest table is four levels down.
 MAX_CONFIG_DEPTH = 32
@@ -187,6 +188,25 @@ class OverrideInput(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
+
+
+class EngineAddInput(serializers.Serializer):
+    engine = serializers.CharField(
+        max_length=500, help_text="a registered engine's name, or an engine's URL"
+    )
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+
+class EngineRemoveInput(serializers.Serializer):
+    drain_s = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0.0,
+        max_value=MAX_DRAIN_S,
+        help_text=f"how long the episodes on it may run on (default {DEFAULT_DRAIN_S:g} s); "
+        "what is left then is cancelled",
+    )
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
 
 
 class CommandInput(serializers.Serializer):

@@ -162,7 +162,7 @@ class RunDetailApi(APIView):
         return Response(RunSerializer(get_run(run_id), context={"request": request}).data)
 
 
-def _accepted(request: Request, override: Override) -> Response:
+def accepted(request: Request, override: Override) -> Response:
     body = OverrideSerializer(override, context={"request": request}).data
     return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["url"]})
 
@@ -188,7 +188,7 @@ class RunCommandApi(APIView):
             mode=self.mode,
             reason=body.validated_data["reason"],
         )
-        return _accepted(request, override)
+        return accepted(request, override)
 
 
 class RunStopApi(RunCommandApi):
@@ -235,7 +235,7 @@ class RunOverrideApi(APIView):
             ttl_s=found.get("ttl_s"),
             reason=found["reason"],
         )
-        return _accepted(request, override)
+        return accepted(request, override)
 
 
 class OverrideListApi(APIView):

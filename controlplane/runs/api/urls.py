@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from controlplane.runs.api import compare, engines, records, runs
+from controlplane.runs.api import compare, engines, records, run_engines, runs
 
 app_name = "api"
 
@@ -21,6 +21,12 @@ urlpatterns = [
         "runs/<int:run_id>/overrides/<int:override_id>/",
         runs.OverrideDetailApi.as_view(),
         name="run-override",
+    ),
+    path("runs/<int:run_id>/engines/", run_engines.RunEnginesApi.as_view(), name="run-engines"),
+    path(
+        "runs/<int:run_id>/engines/<str:name>/remove/",
+        run_engines.RunEngineRemoveApi.as_view(),
+        name="run-engine-remove",
     ),
     path("runs/<int:run_id>/decisions/", records.DecisionListApi.as_view(), name="run-decisions"),
     path("runs/<int:run_id>/samples/", records.SampleSeriesApi.as_view(), name="run-samples"),
