@@ -7,6 +7,8 @@
     pacer runs compare 12 15
     pacer runs override 12 --pin 64 --ttl 10m --reason "KV tests"
     pacer runs decisions 12 --follow
+    pacer runs add-engine 12 http://10.0.0.7:8000
+    pacer runs remove-engine 12 10.0.0.5:8000 --drain 2m
     pacer runs stop 12
     pacer engines list
     pacer alerts add on-call https://hooks.slack.com/services/T/B/X --format slack
@@ -36,9 +38,11 @@ from pacer_cli.output import (
     comparison,
     decision_line,
     engine_table,
+    override_text,
     run_detail,
     run_table,
 )
+from pacer_cli.run_engines import RunEngineCommands, add_run_engines_parsers
 
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
 DEFAULT_URL = "http://127.0.0.1:8000"  # where ./scripts/run serves
@@ -98,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
         "(or PACER_CHECKPOINTS_DIR), relative to it unless absolute",
     )
 
+    add_run_engines_parsers(runs)
+
     engines = groups.add_parser("engines", help="engines").add_subparsers(
         dest="command", required=True
     )
@@ -114,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     return top
 
 
-class Cli(AlertCommands):
+class Cli(AlertCommands, RunEngineCommands):
     def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
         self.args = args
         self.out = out
@@ -128,7 +134,7 @@ class Cli(AlertCommands):
         self.say(json.dumps(data, indent=2) if self.args.json else text)
 
     def run(self) -> int:
-        handler = getattr(self, f"{self.args.group}_{self.args.command}")
+        handler = getattr(self, f"{self.args.group}_{self.args.command}".replace("-", "_"))
         return handler() or 0
 
     # -- runs -------------------------------------------------------------------------------
@@ -188,7 +194,7 @@ class Cli(AlertCommands):
         override = self.api.post(f"/api/runs/{args.run}/override/", body)
         if not args.no_wait:
             override = self._settled(override)
-        self.emit(override, _override_text(override))
+        self.emit(override, override_text(override))
         return EXIT_REFUSED if override["status"] == "error" else 0
 
     def _settled(self, override: dict[str, Any]) -> dict[str, Any]:
@@ -200,7 +206,7 @@ class Cli(AlertCommands):
 
     def _command(self, name: str) -> int:
         override = self.api.post(f"/api/runs/{self.args.run}/{name}/", {"reason": self.args.reason})
-        self.emit(override, f"{name}: {_override_text(override)}")
+        self.emit(override, f"{name}: {override_text(override)}")
         return 0
 
     def runs_stop(self) -> int:
@@ -278,15 +284,6 @@ class Cli(AlertCommands):
         self.api.request("DELETE", f"/api/engines/{self.args.name}/")
         self.emit({"removed": self.args.name}, f"engine {self.args.name} removed")
         return 0
-
-
-def _override_text(override: dict[str, Any]) -> str:
-    what = override["mode"] + (f" {override['cap']}" if override.get("cap") is not None else "")
-    if override["status"] == "applied" and override.get("decision"):
-        return f"override {override['id']} ({what}) applied: {override['decision']['reason']}"
-    if override["status"] == "error":
-        return f"override {override['id']} ({what}) refused by the run: {override['error']}"
-    return f"override {override['id']} ({what}) {override['status']}: {override['url']}"
 
 
 def print_error(error: ApiError, err: TextIO) -> None:

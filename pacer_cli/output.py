@@ -165,3 +165,19 @@ def comparison(body: dict[str, Any]) -> str:
     fields = [[d["path"], *[config_value(v) for v in d["values"]]] for d in body["differences"]]
     differences = table(fields, ["CONFIG", *[f"#{r['id']}" for r in runs]])
     return f"{summary}\n\n{differences}"
+
+
+def override_text(override: dict[str, Any]) -> str:
+    """An override in a line: what it asked, and what became of it."""
+    what = override["mode"]
+    if override.get("cap") is not None:
+        what += f" {override['cap']}"
+    if override.get("engine"):
+        what += f" {override['engine']}"
+    if override["status"] == "applied" and override.get("decision"):
+        return f"override {override['id']} ({what}) applied: {override['decision']['reason']}"
+    if override["status"] == "applied":
+        return f"override {override['id']} ({what}) applied"
+    if override["status"] == "error":
+        return f"override {override['id']} ({what}) refused by the run: {override['error']}"
+    return f"override {override['id']} ({what}) {override['status']}: {override['url']}"

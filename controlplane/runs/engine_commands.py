@@ -35,8 +35,13 @@ HOSTED = (RunState.RUNNING, RunState.STOPPING)
 
 def run_engines(run: Run) -> list[dict[str, str]]:
     """The run's engines as its worker names them (registered name, or host:port), with
-    their URLs."""
-    config, names = run_config_resolve(run.config)
+    their URLs. CommandRefused when the stored config no longer passes its checks (a
+    registered engine it names was deleted since, say)."""
+    try:
+        config, names = run_config_resolve(run.config)
+    except ConfigError as broken:
+        why = f"run {run.pk}'s stored config does not pass its checks: {broken}"
+        raise CommandRefused(why) from None
     return [{"name": s.name, "url": s.base_url} for s in engine_specs(config.engines, names)]
 
 

@@ -171,6 +171,8 @@ class OverrideSerializer(serializers.ModelSerializer):
             "mode",
             "cap",
             "ttl_s",
+            "engine",
+            "drain_s",
             "reason",
             "created_by",
             "created_at",
