@@ -358,3 +358,25 @@ class Override(models.Model):
     @property
     def pending(self) -> bool:
         return self.applied_at is None and not self.error
+
+
+class PoolClaim(models.Model):
+    """What a hosted run states for the engines it may share with other runs
+    (``workers.core.sharing``): written by its host at every poll, read by every host whose
+    run shares an engine with it. A claim not renewed within a lease's life is not counted."""
+
+    run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, primary_key=True, related_name="pool_claim"
+    )
+    engines = models.JSONField(default=list)  # the engines' base URLs, sorted
+    weight = models.FloatField()
+    priority = models.IntegerField()
+    demand = models.PositiveIntegerField()  # episodes in flight and waiting to be admitted
+    cap = models.PositiveIntegerField()
+    loaded = models.BooleanField()  # the run's controller did not read the engines clear
+    ceiling = models.PositiveIntegerField(null=True, blank=True)  # in force; None: no sharing
+    capacity = models.PositiveIntegerField(null=True, blank=True)  # the pool's, as cut
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["updated_at"], name="pool_claim_fresh")]

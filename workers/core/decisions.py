@@ -64,6 +64,7 @@ class Cause(StrEnum):
     ENGINE_BACK = "engine back"  # a lost engine is up again: the pool is its size again
     ENGINE_JOINED = "engine joined"  # an operator added an engine to the run: a larger pool
     ENGINE_LEFT = "engine left"  # an operator took an engine out of the run: a smaller pool
+    SHARE = "share"  # the runs sharing the engines gave this one another ceiling
 
 
 class DecisionKind(StrEnum):
@@ -90,6 +91,7 @@ class DecisionKind(StrEnum):
     ENGINE_JOIN = "engine-join"  # an operator added an engine: new groups go to it at once
     ENGINE_DRAIN = "engine-drain"  # an operator took an engine out: no new group, it drains
     ENGINE_LEAVE = "engine-leave"  # a draining engine left the run (drained, or its deadline)
+    SHARE = "share"  # the run's ceiling in a pool of engines other runs share changed
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,10 @@ class EnginePoll:
     def max_model_len(self, engine: str) -> int | None:
         return self._lengths.get(engine)
 
+    def base_urls(self) -> frozenset[str]:
+        """The engines polled now, by URL: how runs on other hosts know them too."""
+        return frozenset(spec.base_url for spec in self._specs)
+
     def add(self, spec: EngineSpec) -> None:
         """An engine joined the run: polled from now on."""
         self._monitor.add(spec)

@@ -68,6 +68,7 @@ from workers.runtime.reporter import RunReporter
 from workers.runtime.reporting import FanOut
 from workers.runtime.run_engines import RunEngines
 from workers.runtime.run_folders import run_folder
+from workers.runtime.sharing import PoolShare
 from workers.runtime.tenure import RAN_OUT, Tenure, TenureLost
 from workers.runtime.wandb_log import WandbLog
 
@@ -322,9 +323,22 @@ class Host:
                 live=lambda: self._live(controller, None),
             )
             commands.acks_changed = commands_changed
+            sharing = PoolShare(
+                run_id=self.run_id,
+                owner=self.owner,
+                weight=config.concurrency.share,
+                priority=config.concurrency.priority,
+                controller=controller,
+                orchestrator=orchestrator,
+                engine_urls=poll.base_urls,
+                call=self.call,
+                clock=self._clock,
+                period_s=config.concurrency.poll_interval_s,
+            )
             background = [
                 asyncio.ensure_future(reporter.run()),
                 asyncio.ensure_future(commands.run()),
+                asyncio.ensure_future(sharing.run()),
             ]
             self._driving = asyncio.ensure_future(orchestrator.run())
             try:

@@ -75,6 +75,10 @@ class ConcurrencySettings:
     reference: ReferenceConfig
     gradient2: Gradient2Config
     breaker: BreakerConfig
+    # Runs sharing engines split them (``workers.core.sharing``): by priority, highest
+    # first, then in proportion to their shares.
+    share: float = 1.0
+    priority: int = 0
 
     def make_policy(self) -> Policy:
         if self.policy == "pacer":
@@ -243,11 +247,13 @@ def _concurrency(table: Table) -> ConcurrencySettings | None:
     reference = table.dataclass(ReferenceConfig, "reference")
     gradient2 = table.dataclass(Gradient2Config, "gradient2")
     breaker = table.dataclass(BreakerConfig, "breaker")
+    share = table.number("share", 1.0, low=1e-3, high=1e3)
+    priority = table.integer("priority", 0, low=-100, high=100)
     table.finish()
     parts = (policy, observe, poll, controller, pacing, pacer, reference, gradient2, breaker)
-    if any(part is None for part in parts):
+    if any(part is None for part in (*parts, share, priority)):
         return None
-    return ConcurrencySettings(*parts)  # type: ignore[arg-type]
+    return ConcurrencySettings(*parts, share=share, priority=priority)  # type: ignore[arg-type]
 
 
 def _env(table: Table, batch_size: int | None) -> EnvSettings | None:

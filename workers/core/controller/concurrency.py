@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from workers.core.controller.capacity import PoolCapacity
+from workers.core.controller.ceiling import Ceiling
 from workers.core.controller.decision_records import GrowthLog, Moment
 from workers.core.controller.latches import DrainLatch, Freshness, RequestWatch
 from workers.core.controller.overrides import Overrides
@@ -72,6 +73,7 @@ class Controller:
     def __init__(self, config: ControllerConfig, policy: Policy) -> None:
         self.config = config
         self.policy = policy
+        self._ceiling = Ceiling()
         self._level = self._bounded(float(config.initial_inflight or config.min_inflight))
         self._bootstrapped = False
         self._start = StartCap(config)
@@ -98,6 +100,11 @@ class Controller:
         """The cap in force: the pin's while one holds, else the policy's."""
         pin = self._overrides.pin
         return pin.cap if pin is not None else self._policy_cap()
+
+    @property
+    def ceiling(self) -> int | None:
+        """The ceiling in force from the runs sharing its engines; None when none do."""
+        return self._ceiling.value
 
     @property
     def draining(self) -> bool:
@@ -177,6 +184,19 @@ class Controller:
         """The run's engines changed (an operator added or took one out): the next poll
         rescales the cap for the pool's new KV capacity (``PoolCapacity.declare``)."""
         self._capacity.declare(engines)
+
+    def set_ceiling(self, ceiling: int | None, *, now: float, detail: str) -> tuple[Decision, ...]:
+        """The pool's ceiling for this run (``workers.core.sharing``), None when it shares no
+        engine: a level above it comes down to it at once (admission stops; nothing is shed,
+        the pool drains within a turnover), one below it grows into it as the policy says.
+        A ceiling within ``SHARE_CHANGE`` of the one in force is not taken; one taken is a
+        decision (``share``, with ``detail``)."""
+        before = self._policy_cap()
+        if not self._ceiling.set(ceiling):
+            return ()
+        self._level = self._bounded(self._level)
+        moment = self._moment(now)
+        return (moment.policy_record(DecisionKind.SHARE, Cause.SHARE, detail, before=before),)
 
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
         """One episode finished; it may grow the cap."""
@@ -389,7 +409,9 @@ class Controller:
         return int(self._bounded(math.floor(self._level + 1e-9)))
 
     def _bounded(self, level: float) -> float:
-        return min(float(self.config.max_inflight), max(float(self.config.min_inflight), level))
+        low = float(self.config.min_inflight)
+        high = max(low, self._ceiling.bound(float(self.config.max_inflight)))
+        return min(high, max(low, level))
 
 
 def _incomplete_not_clear(reading: Reading, poll: PollSummary) -> Reading:

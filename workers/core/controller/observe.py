@@ -54,6 +54,13 @@ class ObserveOnly:
     def set_pool(self, engines: Iterable[str]) -> None:
         self._inner.set_pool(engines)
 
+    @property
+    def ceiling(self) -> int | None:
+        return self._inner.ceiling
+
+    def set_ceiling(self, ceiling: int | None, *, now: float, detail: str) -> tuple[Decision, ...]:
+        return self._observed(self._inner.set_ceiling(ceiling, now=now, detail=detail))
+
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
         return self._observed(self._inner.on_completion(completion, now=now))
 

@@ -1,0 +1,91 @@
+"""The pool arbiter's rule: the capacity its runs measure, split by priority and weight, a
+share a run does not use lent and given back, and the ceiling a controller keeps to."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.core.builders import sample
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.pacer import PacerPolicy
+from workers.core.controller.records import ControllerConfig
+from workers.core.decisions import Cause, DecisionKind
+from workers.core.sharing import Claim, arbitrate, capacity, ceilings
+
+POOL = frozenset({"http://e0", "http://e1"})
+
+
+def claim(run: int, **fields: object) -> Claim:
+    values: dict = dict(
+        run_id=run, engines=POOL, weight=1.0, priority=0, demand=1000, cap=10, loaded=False,
+        ceiling=None,
+    )  # fmt: skip
+    values.update(fields)
+    return Claim(**values)
+
+
+def test_a_run_alone_on_its_engines_has_no_ceiling() -> None:
+    other_pool = claim(2, engines=frozenset({"http://elsewhere"}))
+    assert arbitrate(1, [claim(1), other_pool]) is None
+
+
+def test_the_first_run_to_fill_the_pool_gives_half_of_it_to_the_second() -> None:
+    first, second = claim(1, cap=216, loaded=True), claim(2, cap=5, loaded=True)
+    share = arbitrate(1, [first, second])
+    assert share is not None
+    assert (share.capacity, share.ceiling, share.runs) == (221, 111, (1, 2))
+    assert arbitrate(2, [first, second]).ceiling == 110  # type: ignore[union-attr]
+
+
+def test_weights_split_the_pool_and_the_ceilings_add_up_to_it() -> None:
+    pool = [claim(1, weight=2.0), claim(2), claim(3)]
+    given = ceilings(pool, 200)
+    assert given == {1: 100, 2: 50, 3: 50}
+    assert sum(ceilings(pool, 201).values()) == 201
+
+
+def test_a_share_not_used_is_lent_and_comes_back_with_its_owners_demand() -> None:
+    idle = [claim(1, demand=20), claim(2)]
+    assert ceilings(idle, 200) == {1: 20, 2: 180}
+    assert ceilings([claim(1, demand=500), claim(2)], 200) == {1: 100, 2: 100}
+    nobody_wants_it = [claim(1, demand=20), claim(2, demand=30)]
+    assert ceilings(nobody_wants_it, 200) == {1: 95, 2: 105}  # spread by weight, all of it
+
+
+def test_a_higher_priority_is_served_first() -> None:
+    pool = [claim(1, priority=1, demand=150), claim(2), claim(3)]
+    assert ceilings(pool, 200) == {1: 150, 2: 25, 3: 25}
+    greedy = [claim(1, priority=1), claim(2)]
+    assert ceilings(greedy, 200) == {1: 199, 2: 1}  # never 0: a run must be able to show work
+
+
+def test_the_capacity_is_the_caps_when_loaded_and_never_shrinks_while_clear() -> None:
+    assert capacity([claim(1, cap=100, loaded=True), claim(2, cap=50)]) == 150
+    stepped_back = [claim(1, cap=20, ceiling=110), claim(2, cap=30, ceiling=110)]
+    assert capacity(stepped_back) == 220  # a run that stepped back has not shrunk the pool
+    at_its_ceilings = [claim(1, cap=110, ceiling=110), claim(2, cap=110, ceiling=110)]
+    assert capacity(at_its_ceilings) == 275  # room: 25 % over what the runs carry
+
+
+def test_a_ceiling_below_the_level_brings_the_cap_down_at_once_and_says_why() -> None:
+    ctl = Controller(ControllerConfig(initial_inflight=200), PacerPolicy())
+    ctl.on_poll([sample("e0")], inflight=0, now=0.0)
+    (share,) = ctl.set_ceiling(110, now=1.0, detail="run 1 shares e0 with run 2: ceiling 110")
+    assert (share.kind, share.cause, share.cap_before, share.cap_after, ctl.cap) == (
+        DecisionKind.SHARE,
+        Cause.SHARE,
+        200,
+        110,
+        110,
+    )
+    assert share.reason == (
+        "Decreased concurrency 200 -> 110 (share): run 1 shares e0 with run 2: ceiling 110"
+    )
+    assert ctl.set_ceiling(105, now=2.0, detail="small") == ()  # under 10 %: not taken
+    assert ctl.cap == 110
+    (lower,) = ctl.set_ceiling(90, now=2.5, detail="run 3 joined")
+    assert (lower.cap_before, lower.cap_after) == (110, 90)
+    (lifted,) = ctl.set_ceiling(None, now=3.0, detail="alone again")
+    assert (lifted.cap_before, lifted.cap_after) == (90, 90)  # the policy grows back itself
+    with pytest.raises(ValueError, match="ceiling must be"):
+        ctl.set_ceiling(0, now=4.0, detail="")

@@ -1,0 +1,125 @@
+"""Runs that share engines: each run's ceiling, from what every run in the pool claims.
+
+Each run's controller reads the engines' KV and queues, which hold the other runs' requests
+too, so on its own the first run to fill a pool keeps it: a second one sees the engines busy
+and never grows. The arbiter splits the pool between them instead. Every host states its
+run's claim (weight, priority, what it has to run, its cap, whether the engines read loaded
+to it, the ceiling it was last given) and every host computes every ceiling from the same
+claims with this rule, so no single process arbitrates and none can die and leave the pool
+unarbitrated.
+
+The pool's capacity is what its runs carry: the sum of their caps when some run's
+controller reads the engines loaded (the caps are then at the engines' limit), and while all
+read them clear, the capacity given out last time (a run that stepped back has not shrunk the
+pool) or ``headroom`` times the caps, whichever is more, so the ceilings never hold back a
+pool that has room. That capacity is handed out by priority, highest first, and within a
+priority by weight, each run getting no more than it has to run (its demand) while another
+wants more: a share a run does not use is lent, and comes back as soon as its demand does.
+What no run wants is spread by weight, so the ceilings always add up to the capacity.
+
+Pure: claims in, ceilings out. Runs in a pool of one have no ceiling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# While every run reads the engines clear, the pool may be this much more than its runs'
+# caps: the controllers' own growth in about a turnover (the reference grows 25 % a turnover).
+SHARE_HEADROOM = 1.25
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What one run's host states for the pool at one arbitration."""
+
+    run_id: int
+    engines: frozenset[str]  # the engines' base URLs: the same engine under any name
+    weight: float  # concurrency.share, > 0
+    priority: int  # concurrency.priority: higher is served first
+    demand: int  # episodes it has to run now: in flight and waiting to be admitted
+    cap: int  # its cap in force
+    loaded: bool  # its controller's last reading was not clear (soft or hard)
+    ceiling: int | None  # what it was given last time; None before its first arbitration
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One run's part of the pool."""
+
+    run_id: int
+    ceiling: int
+    capacity: int  # the pool's capacity it was cut from
+    runs: tuple[int, ...]  # the runs in the pool, this one included
+
+
+def pool_of(run_id: int, claims: Sequence[Claim]) -> list[Claim]:
+    """The claims of the runs sharing an engine with ``run_id``'s (its own first)."""
+    own = next(c for c in claims if c.run_id == run_id)
+    others = [c for c in claims if c.run_id != run_id and c.engines & own.engines]
+    return [own, *sorted(others, key=lambda c: c.run_id)]
+
+
+def capacity(pool: Sequence[Claim], headroom: float = SHARE_HEADROOM) -> int:
+    """What the pool can take now, as its runs measure it (see the module's docstring)."""
+    carried = sum(c.cap for c in pool)
+    if any(c.loaded for c in pool):
+        return max(carried, len(pool))
+    given = sum(c.ceiling if c.ceiling is not None else c.cap for c in pool)
+    return max(given, int(carried * headroom), len(pool))
+
+
+def ceilings(pool: Sequence[Claim], total: int) -> dict[int, int]:
+    """``total`` split between the pool's runs: by priority, then weight, up to each one's
+    demand while another wants more; what is left over is spread by weight. Each run gets
+    at least 1 (a run with a ceiling of 0 could never show it has work)."""
+    given = {c.run_id: 1 for c in pool}
+    left = total - len(pool)
+    for priority in sorted({c.priority for c in pool}, reverse=True):
+        tier = [c for c in pool if c.priority == priority]
+        left = _fill(tier, given, left)
+    if left > 0:
+        _spread(pool, given, left)
+    return given
+
+
+def arbitrate(
+    run_id: int, claims: Sequence[Claim], headroom: float = SHARE_HEADROOM
+) -> Share | None:
+    """``run_id``'s share of its pool; None when it shares no engine with a run claiming."""
+    pool = pool_of(run_id, claims)
+    if len(pool) == 1:
+        return None
+    total = capacity(pool, headroom)
+    return Share(run_id, ceilings(pool, total)[run_id], total, tuple(c.run_id for c in pool))
+
+
+def _fill(tier: Sequence[Claim], given: dict[int, int], left: int) -> int:
+    """Water-fill ``left`` over ``tier`` by weight, no run past its demand; what is left."""
+    wanting = [c for c in tier if c.demand > given[c.run_id]]
+    while left > 0 and wanting:
+        weights = sum(c.weight for c in wanting)
+        share = {c.run_id: left * c.weight / weights for c in wanting}
+        done = [c for c in wanting if given[c.run_id] + share[c.run_id] >= c.demand]
+        if not done:  # nobody reaches their demand: the rest goes by weight, all of it
+            return _spread(wanting, given, left)
+        for claim in done:
+            left -= claim.demand - given[claim.run_id]
+            given[claim.run_id] = claim.demand
+        wanting = [c for c in wanting if c not in done]
+    return left
+
+
+def _spread(runs: Sequence[Claim], given: dict[int, int], left: int) -> int:
+    """All of ``left`` over ``runs`` by weight, in whole episodes (largest remainders)."""
+    weights = sum(c.weight for c in runs)
+    exact = {c.run_id: left * c.weight / weights for c in runs}
+    whole = {run: int(part) for run, part in exact.items()}
+    rest = left - sum(whole.values())
+    by_remainder = sorted(exact, key=lambda run: (whole[run] - exact[run], run))
+    for run in by_remainder[:rest]:
+        whole[run] += 1
+    for run, part in whole.items():
+        given[run] += part
+    return 0

@@ -1,0 +1,57 @@
+"""The pool claims in the database: each hosted run's, written under its lease, and the
+fresh claims of every run that may share its engines, read back in the same call. Only
+hosted runs' claims count: a run that ended, paused or was handed back drops out of its pool
+at once, its row left for its next host to rewrite."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from controlplane.runs.models import PoolClaim, RunState
+from workers.core.sharing import Claim
+from workers.runtime.lease import LEASE_TTL_S
+from workers.runtime.store import fenced
+
+# A claim its host has not renewed for a lease's life is a host that is gone (its run is
+# someone else's to host by then): the pool is split without it.
+CLAIM_TTL_S = LEASE_TTL_S
+HOSTED = (RunState.RUNNING, RunState.STOPPING)
+
+
+@fenced
+def exchange(run_id: int, owner: str, claim: Claim, capacity: int | None) -> list[Claim]:
+    """Write ``claim`` (with the capacity its ceiling was cut from), and read every fresh
+    claim of a hosted run, this one's included."""
+    now = timezone.now()
+    PoolClaim.objects.update_or_create(
+        run_id=run_id,
+        defaults={
+            "engines": sorted(claim.engines),
+            "weight": claim.weight,
+            "priority": claim.priority,
+            "demand": claim.demand,
+            "cap": claim.cap,
+            "loaded": claim.loaded,
+            "ceiling": claim.ceiling,
+            "capacity": capacity,
+            "updated_at": now,
+        },
+    )
+    fresh = PoolClaim.objects.filter(
+        updated_at__gte=now - timedelta(seconds=CLAIM_TTL_S), run__state__in=HOSTED
+    )
+    return [
+        Claim(
+            row.run_id,
+            frozenset(row.engines),
+            row.weight,
+            row.priority,
+            row.demand,
+            row.cap,
+            row.loaded,
+            row.ceiling,
+        )
+        for row in fresh
+    ]

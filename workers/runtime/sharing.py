@@ -1,0 +1,122 @@
+"""A hosted run's part in the pool of engines it shares: its claim stated, its ceiling taken.
+
+At every poll period the host writes its run's claim and reads every fresh claim back
+(``workers.runtime.claims``), computes its own run's share with the same rule every other
+host uses (``workers.core.sharing``) and gives the ceiling to the controller, which keeps
+its cap under it and records a ``share`` decision when it takes a new one. The database
+being away only delays this; the ceiling in force stays meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from workers.core.clock import Clock
+from workers.core.controller.concurrency import Controller
+from workers.core.controller.observe import ObserveOnly
+from workers.core.decisions import Signal
+from workers.core.orchestrator.orchestrator import Orchestrator
+from workers.core.sharing import Claim, Share, arbitrate
+from workers.runtime import claims
+
+logger = logging.getLogger(__name__)
+
+Call = Callable[..., Awaitable[Any]]
+
+
+class PoolShare:
+    def __init__(
+        self,
+        *,
+        run_id: int,
+        owner: str,
+        weight: float,
+        priority: int,
+        controller: Controller | ObserveOnly,
+        orchestrator: Orchestrator,
+        engine_urls: Callable[[], frozenset[str]],
+        call: Call,
+        clock: Clock,
+        period_s: float,
+    ) -> None:
+        self.run_id = run_id
+        self._owner = owner
+        self._weight = weight
+        self._priority = priority
+        self._controller = controller
+        self._orchestrator = orchestrator
+        self._engine_urls = engine_urls  # the run's engines now: they join and leave
+        self._call = call
+        self._clock = clock
+        self._period_s = period_s
+        self._capacity: int | None = None
+        self._runs: tuple[int, ...] = ()  # the runs in the pool at the last share taken
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.arbitrate()
+            except Exception:  # the host's tenure deals with a lost lease
+                logger.warning("sharing: pool claims unreachable for now", exc_info=True)
+            await asyncio.sleep(self._period_s)
+
+    async def arbitrate(self) -> None:
+        loop = self._orchestrator.loop
+        dispatcher = loop.dispatcher
+        now = self._clock.now()
+        own = Claim(
+            run_id=self.run_id,
+            engines=self._engine_urls(),
+            weight=self._weight,
+            priority=self._priority,
+            demand=dispatcher.inflight + dispatcher.pending,
+            cap=dispatcher.cap,
+            loaded=self._controller.make_stats(now).signal is not Signal.CLEAR,
+            ceiling=self._controller.ceiling,
+        )
+        found = await self._call(claims.exchange, self.run_id, self._owner, own, self._capacity)
+        share = arbitrate(self.run_id, found)
+        before = self._controller.ceiling
+        ceiling = None if share is None else share.ceiling
+        decisions = self._controller.set_ceiling(
+            ceiling, now=self._clock.now(), detail=self._detail(share, before, ceiling, found)
+        )
+        self._capacity = None if share is None else share.capacity
+        if decisions:
+            self._runs = () if share is None else share.runs
+        for decision in decisions:
+            loop.command(decision)
+
+    def _detail(
+        self, share: Share | None, before: int | None, after: int | None, found: list[Claim]
+    ) -> str:
+        change = f"ceiling {_said(before)} -> {_said(after)}"
+        if share is None:
+            return f"no other run shares its engines: {change}"
+        others = [c for c in found if c.run_id in share.runs and c.run_id != self.run_id]
+        joined = [c.run_id for c in others if c.run_id not in self._runs]
+        left = [run for run in self._runs if run not in share.runs]
+        engines = ", ".join(sorted(_host(url) for url in self._engine_urls()))
+        weights = ", ".join(f"run {c.run_id} x{c.weight:g} p{c.priority}" for c in others)
+        news = "".join(
+            [
+                f"run {', '.join(map(str, joined))} joined; " if joined and self._runs else "",
+                f"run {', '.join(map(str, left))} left; " if left else "",
+            ]
+        )
+        return (
+            f"{news}pool {engines} with {weights} (this run x{self._weight:g} "
+            f"p{self._priority}), capacity {share.capacity}: {change}"
+        )
+
+
+def _said(ceiling: int | None) -> str:
+    return "none" if ceiling is None else str(ceiling)
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).netloc or url
