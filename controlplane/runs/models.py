@@ -371,11 +371,11 @@ class PoolClaim(models.Model):
     engines = models.JSONField(default=list)  # the engines' base URLs, sorted
     weight = models.FloatField()
     priority = models.IntegerField()
-    demand = models.PositiveIntegerField()  # episodes in flight and waiting to be admitted
-    cap = models.PositiveIntegerField()
+    demand = models.PositiveIntegerField()  # episodes it would run now (sharing.Claim)
+    inflight = models.PositiveIntegerField()  # its episodes in flight
     loaded = models.BooleanField()  # the run's controller did not read the engines clear
     ceiling = models.PositiveIntegerField(null=True, blank=True)  # in force; None: no sharing
-    capacity = models.PositiveIntegerField(null=True, blank=True)  # the pool's, as cut
+    capacity = models.PositiveIntegerField(null=True, blank=True)  # the pool's it was cut from
     updated_at = models.DateTimeField()
 
     class Meta:

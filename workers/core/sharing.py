@@ -3,16 +3,19 @@
 Each run's controller reads the engines' KV and queues, which hold the other runs' requests
 too, so on its own the first run to fill a pool keeps it: a second one sees the engines busy
 and never grows. The arbiter splits the pool between them instead. Every host states its
-run's claim (weight, priority, what it has to run, its cap, whether the engines read loaded
-to it, the ceiling it was last given) and every host computes every ceiling from the same
-claims with this rule, so no single process arbitrates and none can die and leave the pool
-unarbitrated.
+run's claim (weight, priority, what it has to run, what it holds, whether the engines read
+loaded to it, the ceiling and the capacity it was last given) and every host computes every
+ceiling from the same claims with this rule, so no single process arbitrates and none can
+die and leave the pool unarbitrated.
 
-The pool's capacity is what its runs carry: the sum of their caps when some run's
-controller reads the engines loaded (the caps are then at the engines' limit), and while all
-read them clear, the capacity given out last time (a run that stepped back has not shrunk the
-pool) or ``headroom`` times the caps, whichever is more, so the ceilings never hold back a
-pool that has room. That capacity is handed out by priority, highest first, and within a
+The pool's capacity is what its runs have shown it carries. While some run's controller reads
+the engines loaded, what the runs hold is what the engines take: the capacity is its sum, or the
+one cut last time (by any host) let down by ``SHARE_MEMORY`` a look, whichever is more, so a
+run that trims does not drag another's ceiling down with it, and a pool that got slower is
+re-measured within minutes. While all read the engines clear, it is the one cut last time,
+or ``headroom`` times what they hold when that is more, so the ceilings never hold back a pool with
+room. The controllers still cut for an overload themselves; a ceiling only bounds them.
+That capacity is handed out by priority, highest first, and within a
 priority by weight, each run getting no more than it has to run (its demand) while another
 wants more: a share a run does not use is lent, and comes back as soon as its demand does.
 What no run wants is spread by weight, so the ceilings always add up to the capacity.
@@ -28,6 +31,10 @@ from dataclasses import dataclass
 # While every run reads the engines clear, the pool may be this much more than its runs'
 # caps: the controllers' own growth in about a turnover (the reference grows 25 % a turnover).
 SHARE_HEADROOM = 1.25
+# While the engines read loaded, the capacity remembered falls by 2 % a look (a look every
+# poll, 5 s by default): halved in about three minutes, slow beside a controller's recovery
+# from a trim, quick beside engines that get slower (longer answers, a smaller pool).
+SHARE_MEMORY = 0.98
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +46,10 @@ class Claim:
     weight: float  # concurrency.share, > 0
     priority: int  # concurrency.priority: higher is served first
     demand: int  # episodes it has to run now: in flight and waiting to be admitted
-    cap: int  # its cap in force
+    inflight: int  # its episodes in flight: what it holds of the engines now
     loaded: bool  # its controller's last reading was not clear (soft or hard)
     ceiling: int | None  # what it was given last time; None before its first arbitration
+    capacity: int | None = None  # the pool's capacity its ceiling was cut from last time
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +71,11 @@ def pool_of(run_id: int, claims: Sequence[Claim]) -> list[Claim]:
 
 def capacity(pool: Sequence[Claim], headroom: float = SHARE_HEADROOM) -> int:
     """What the pool can take now, as its runs measure it (see the module's docstring)."""
-    carried = sum(c.cap for c in pool)
+    carried = sum(c.inflight for c in pool)
+    known = max((c.capacity or 0 for c in pool), default=0)
     if any(c.loaded for c in pool):
-        return max(carried, len(pool))
-    given = sum(c.ceiling if c.ceiling is not None else c.cap for c in pool)
-    return max(given, int(carried * headroom), len(pool))
+        return max(carried, int(known * SHARE_MEMORY), len(pool))
+    return max(known, int(carried * headroom), len(pool))
 
 
 def ceilings(pool: Sequence[Claim], total: int) -> dict[int, int]:

@@ -32,7 +32,7 @@ def exchange(run_id: int, owner: str, claim: Claim, capacity: int | None) -> lis
             "weight": claim.weight,
             "priority": claim.priority,
             "demand": claim.demand,
-            "cap": claim.cap,
+            "inflight": claim.inflight,
             "loaded": claim.loaded,
             "ceiling": claim.ceiling,
             "capacity": capacity,
@@ -49,9 +49,10 @@ def exchange(run_id: int, owner: str, claim: Claim, capacity: int | None) -> lis
             row.weight,
             row.priority,
             row.demand,
-            row.cap,
+            row.inflight,
             row.loaded,
             row.ceiling,
+            row.capacity,
         )
         for row in fresh
     ]

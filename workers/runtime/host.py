@@ -328,6 +328,7 @@ class Host:
                 owner=self.owner,
                 weight=config.concurrency.share,
                 priority=config.concurrency.priority,
+                max_inflight=config.concurrency.controller.max_inflight,
                 controller=controller,
                 orchestrator=orchestrator,
                 engine_urls=poll.base_urls,

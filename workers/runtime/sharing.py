@@ -36,6 +36,7 @@ class PoolShare:
         owner: str,
         weight: float,
         priority: int,
+        max_inflight: int,
         controller: Controller | ObserveOnly,
         orchestrator: Orchestrator,
         engine_urls: Callable[[], frozenset[str]],
@@ -47,6 +48,7 @@ class PoolShare:
         self._owner = owner
         self._weight = weight
         self._priority = priority
+        self._max_inflight = max_inflight
         self._controller = controller
         self._orchestrator = orchestrator
         self._engine_urls = engine_urls  # the run's engines now: they join and leave
@@ -73,10 +75,11 @@ class PoolShare:
             engines=self._engine_urls(),
             weight=self._weight,
             priority=self._priority,
-            demand=dispatcher.inflight + dispatcher.pending,
-            cap=dispatcher.cap,
+            demand=self._max_inflight if self._orchestrator.hungry else dispatcher.cap,
+            inflight=dispatcher.inflight,
             loaded=self._controller.make_stats(now).signal is not Signal.CLEAR,
             ceiling=self._controller.ceiling,
+            capacity=self._capacity,
         )
         found = await self._call(claims.exchange, self.run_id, self._owner, own, self._capacity)
         share = arbitrate(self.run_id, found)

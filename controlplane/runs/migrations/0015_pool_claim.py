@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
                 ("weight", models.FloatField()),
                 ("priority", models.IntegerField()),
                 ("demand", models.PositiveIntegerField()),
-                ("cap", models.PositiveIntegerField()),
+                ("inflight", models.PositiveIntegerField()),
                 ("loaded", models.BooleanField()),
                 ("ceiling", models.PositiveIntegerField(blank=True, null=True)),
                 ("capacity", models.PositiveIntegerField(blank=True, null=True)),

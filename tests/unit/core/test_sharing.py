@@ -17,7 +17,7 @@ POOL = frozenset({"http://e0", "http://e1"})
 
 def claim(run: int, **fields: object) -> Claim:
     values: dict = dict(
-        run_id=run, engines=POOL, weight=1.0, priority=0, demand=1000, cap=10, loaded=False,
+        run_id=run, engines=POOL, weight=1.0, priority=0, demand=1000, inflight=10, loaded=False,
         ceiling=None,
     )  # fmt: skip
     values.update(fields)
@@ -30,7 +30,7 @@ def test_a_run_alone_on_its_engines_has_no_ceiling() -> None:
 
 
 def test_the_first_run_to_fill_the_pool_gives_half_of_it_to_the_second() -> None:
-    first, second = claim(1, cap=216, loaded=True), claim(2, cap=5, loaded=True)
+    first, second = claim(1, inflight=216, loaded=True), claim(2, inflight=5, loaded=True)
     share = arbitrate(1, [first, second])
     assert share is not None
     assert (share.capacity, share.ceiling, share.runs) == (221, 111, (1, 2))
@@ -59,11 +59,16 @@ def test_a_higher_priority_is_served_first() -> None:
     assert ceilings(greedy, 200) == {1: 199, 2: 1}  # never 0: a run must be able to show work
 
 
-def test_the_capacity_is_the_caps_when_loaded_and_never_shrinks_while_clear() -> None:
-    assert capacity([claim(1, cap=100, loaded=True), claim(2, cap=50)]) == 150
-    stepped_back = [claim(1, cap=20, ceiling=110), claim(2, cap=30, ceiling=110)]
-    assert capacity(stepped_back) == 220  # a run that stepped back has not shrunk the pool
-    at_its_ceilings = [claim(1, cap=110, ceiling=110), claim(2, cap=110, ceiling=110)]
+def test_the_capacity_is_remembered_and_let_down_slowly_while_loaded() -> None:
+    assert capacity([claim(1, inflight=100, loaded=True), claim(2, inflight=50)]) == 150
+    trimmed = [
+        claim(1, inflight=60, loaded=True, capacity=220),
+        claim(2, inflight=110, capacity=200),
+    ]
+    assert capacity(trimmed) == 215  # a trim does not drag the other's ceiling down: 220 x .98
+    stepped_back = [claim(1, inflight=20, capacity=220), claim(2, inflight=30, capacity=220)]
+    assert capacity(stepped_back) == 220  # clear: held
+    at_its_ceilings = [claim(1, inflight=110, capacity=220), claim(2, inflight=110, capacity=220)]
     assert capacity(at_its_ceilings) == 275  # room: 25 % over what the runs carry
 
 

@@ -227,6 +227,15 @@ class Orchestrator:
             raise ValueError("the run has no eval environment to run a wave of")
         self._start_wave()
 
+    @property
+    def hungry(self) -> bool:
+        """Whether the run would take more episodes now: it is not stopping and not held
+        back by a trainer that has ``BATCHES_AHEAD`` batches waiting already. What a pool of
+        shared engines lends a share away on (``workers.core.sharing``)."""
+        if self._stop_reason is not None:
+            return False
+        return self._book.ready_episodes < BATCHES_AHEAD * self.config.batch_size
+
     def add_engine(
         self, name: str, client: EngineClient, weights: EngineWeights | None = None
     ) -> Decision:
