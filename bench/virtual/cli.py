@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from bench.virtual.fit import fit_workload, workload_toml
+from bench.virtual.join import DEFAULT_WORKLOAD, join_benchmark
 from bench.virtual.report import BENCH_DIR, RESULTS, build_report, stored_oracle, write_sensitivity
 from bench.virtual.run import run_workload
 from bench.virtual.sensitivity import sensitivity
@@ -75,6 +76,15 @@ def _sensitivity(args: argparse.Namespace) -> None:
     print(f"wrote {path}; the next report includes it")
 
 
+def _join(args: argparse.Namespace) -> None:
+    load_workload(args.workload)  # field errors before any process starts
+    try:
+        print(join_benchmark(args.workload))
+    except ValueError as unfit:
+        print(unfit, file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def _fit(args: argparse.Namespace) -> None:
     from bench.virtual.recorded import read_run, setup_django
 
@@ -120,6 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     sens = commands.add_parser("sensitivity", help="each pacer threshold at 0.8x and 1.2x")
     sens.add_argument("--workload", required=True)
     sens.set_defaults(handler=_sensitivity)
+    join = commands.add_parser("join", help="an engine joins: time to 90 % of the new best")
+    join.add_argument("--workload", default=DEFAULT_WORKLOAD, help="default: W9")
+    join.set_defaults(handler=_join)
     fit = commands.add_parser("fit", help="a workload file fitted to a recorded run")
     fit.add_argument("--run", required=True, type=int, help="the run's id")
     fit.add_argument("--out", default=None, help="the file to write (default fit-ID.toml)")

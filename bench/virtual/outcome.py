@@ -39,6 +39,29 @@ class Sample:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolDecision:
+    """A decision about the run's engines (one joined, drained or left, the cap rescaled for
+    the pool), as the run recorded it: what the join benchmark quotes."""
+
+    at: float
+    kind: str
+    cause: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEpisodes:
+    """The episodes that ended on one engine (completed, failed or cancelled): how many, and
+    when the first and the last of them started, which says when routing reached the engine
+    and when it stopped."""
+
+    engine: str
+    episodes: int
+    first_start: float
+    last_start: float
+
+
+@dataclass(frozen=True, slots=True)
 class RunOutcome:
     workload: str
     policy: str
@@ -53,6 +76,8 @@ class RunOutcome:
     engine_runs: int
     wall_s: float = 0.0
     start: int | None = None  # the start cap asked for; None: the policy's own
+    pool_decisions: tuple[PoolDecision, ...] = ()
+    by_engine: tuple[EngineEpisodes, ...] = ()
 
     @property
     def throughput(self) -> float:
@@ -103,11 +128,12 @@ class RunOutcome:
                 sample.completed_tokens - samples[j].completed_tokens,
             )
 
-    def reached(self, rate: float) -> Sample | None:
-        """The first poll whose trailing minute delivered at least ``rate`` tokens/s: when,
-        and after how many turnovers, the ramp got there."""
+    def reached(self, rate: float, since: float = 0.0) -> Sample | None:
+        """The first poll from ``since`` on whose trailing minute delivered at least ``rate``
+        tokens/s: when, and after how many turnovers, the ramp got there (from the start, or
+        from a change of the pool)."""
         for sample, span, done in self.trailing():
-            if span >= RATE_WINDOW_S * 0.99 and done / span >= rate:
+            if sample.at >= since and span >= RATE_WINDOW_S * 0.99 and done / span >= rate:
                 return sample
         return None
 
@@ -138,10 +164,15 @@ class RunOutcome:
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data["samples"] = [dataclasses.astuple(s) for s in self.samples]
+        for key in ("samples", "pool_decisions", "by_engine"):
+            data[key] = [dataclasses.astuple(row) for row in getattr(self, key)]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunOutcome:
         samples = tuple(Sample(*row) for row in data["samples"])
-        return cls(**{**data, "samples": samples})
+        decisions = tuple(PoolDecision(*row) for row in data["pool_decisions"])
+        by_engine = tuple(EngineEpisodes(*row) for row in data["by_engine"])
+        return cls(
+            **{**data, "samples": samples, "pool_decisions": decisions, "by_engine": by_engine}
+        )

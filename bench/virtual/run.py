@@ -16,20 +16,32 @@ from typing import Any
 
 from bench.virtual.driver import InlineExecutor, VirtualTime
 from bench.virtual.engines import PrefillPool, SimEngine, VirtualClient, Waste
-from bench.virtual.events import apply_event
-from bench.virtual.outcome import RunOutcome, Sample
+from bench.virtual.events import Members, apply_event
+from bench.virtual.outcome import EngineEpisodes, PoolDecision, RunOutcome, Sample
 from bench.virtual.tally import Tallied
 from bench.virtual.weights import VirtualTrainer, VirtualWeights
 from bench.virtual.workload import Workload
 from workers.core.clock import ManualClock
 from workers.core.config.run import RunConfig
+from workers.core.decisions import Decision, DecisionKind
 from workers.core.dispatch.episodes import FinishedEpisode
 from workers.core.dispatch.permits import PermitOutcome
+from workers.core.environments.base import EngineClient
 from workers.core.orchestrator.batches import Batch, StepReport
 from workers.core.orchestrator.orchestrator import Orchestrator
+from workers.core.orchestrator.ports import QuietReporter
+from workers.core.orchestrator.relay import EngineWeights
 from workers.core.samples import EngineRole, LoadSample
 
 ADAPTIVE = ("reference", "pacer", "gradient2")
+POOL_KINDS = frozenset(
+    {
+        DecisionKind.RESCALE,
+        DecisionKind.ENGINE_JOIN,
+        DecisionKind.ENGINE_DRAIN,
+        DecisionKind.ENGINE_LEAVE,
+    }
+)
 
 
 def concurrency_table(
@@ -66,16 +78,20 @@ class NoWriter:
         return None
 
 
-class Recorder:
-    """What the run measures: completed tokens as episodes end; at every poll, the load and
-    the controller's count of turnovers, which the ramp is read in."""
+class Recorder(QuietReporter):
+    """What the run measures: completed tokens as episodes end, and on which engine; at
+    every poll of the engines in the run, the load and the controller's count of
+    turnovers, which the ramp is read in; the decisions about the pool, as the reporter of
+    a hosted run hears them."""
 
-    def __init__(self, engines: list[SimEngine]) -> None:
-        self.engines = engines
+    def __init__(self, members: Members) -> None:
+        self.members = members
         self.completed_tokens = 0
         self.completed_episodes = 0
         self.failed_episodes = 0
         self.samples: list[Sample] = []
+        self.pool_decisions: list[PoolDecision] = []
+        self.by_engine: dict[str, EngineEpisodes] = {}
         self.orchestrator: Orchestrator | None = None
 
     def episode(self, finished: FinishedEpisode[Any, Any]) -> None:
@@ -84,9 +100,21 @@ class Recorder:
             self.completed_episodes += 1
         elif finished.outcome is PermitOutcome.FAILED:
             self.failed_episodes += 1
+        name, started = finished.engine_id, finished.started_at
+        seen = self.by_engine.get(name, EngineEpisodes(name, 0, started, started))
+        self.by_engine[name] = EngineEpisodes(
+            name, seen.episodes + 1, min(seen.first_start, started), max(seen.last_start, started)
+        )
+
+    def decisions(self, decisions: tuple[Decision, ...]) -> None:
+        self.pool_decisions += [
+            PoolDecision(d.at, d.kind.value, d.cause.value, d.reason)
+            for d in decisions
+            if d.kind in POOL_KINDS
+        ]
 
     def poll(self, now: float) -> list[LoadSample]:
-        samples = [engine.sample(now) for engine in self.engines]
+        samples = [engine.sample(now) for engine in self.members.polled()]
         assert self.orchestrator is not None
         loop = self.orchestrator.loop
         dispatcher = loop.dispatcher
@@ -132,41 +160,47 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
     ]
     waste = Waste()
     prefill = PrefillPool([e for e in engines if e.shape.role is EngineRole.PREFILL])
-    clients = {
-        e.name: VirtualClient(e, clock.now, waste, prefill.pick if prefill.engines else None)
-        for e in engines
-        if e.shape.role is not EngineRole.PREFILL
+    training = workload.training
+
+    def connect(engine: SimEngine) -> tuple[EngineClient, EngineWeights | None]:
+        """A serving engine's client, and its weight routes when a trainer is in the loop."""
+        client = VirtualClient(engine, clock.now, waste, prefill.pick if prefill.engines else None)
+        return client, None if training is None else VirtualWeights(engine, clock)
+
+    members = Members(engines, connect, set(workload.joining))
+    routes = {
+        e.name: connect(e) for e in members.polled() if e.shape.role is not EngineRole.PREFILL
     }
     by_name = {e.name: e for e in engines}
     tallied = tuple(
         dataclasses.replace(env, environment=Tallied(env.environment, waste)) for env in config.envs
     )
     config = dataclasses.replace(config, envs=tallied)
-    recorder = Recorder(engines)
+    recorder = Recorder(members)
 
     async def poll() -> list[LoadSample]:
         return recorder.poll(clock.now())
 
-    training = workload.training
+    weights = {n: w for n, (_, w) in routes.items() if w is not None}
     orchestrator = Orchestrator(
         config,
         controller=config.concurrency.make_controller(),
         poll=poll,
-        engines=clients,
+        engines={n: client for n, (client, _) in routes.items()},
         clock=clock,
         writer=NoWriter(),
+        reporter=recorder,
         max_model_len=lambda name: by_name[name].virtual.engine.config.max_model_len,
         on_episode=recorder.episode,
         acks=None if training is None else VirtualTrainer(clock, training.train_s),
-        weights=None
-        if training is None
-        else {n: VirtualWeights(by_name[n], clock) for n in clients},
+        weights=None if training is None else weights,
+        on_engine_left=members.left,
     )
     recorder.orchestrator = orchestrator
     driver = VirtualTime(clock, engines)
     for event in workload.events:
         driver.at(
-            event.at, lambda event=event: apply_event(event, orchestrator, engines, config, clock)
+            event.at, lambda event=event: apply_event(event, orchestrator, members, config, clock)
         )
     task = asyncio.get_running_loop().create_task(orchestrator.run())
     await driver.run(horizon)
@@ -182,6 +216,8 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
         max_kv=max((s.kv for s in recorder.samples), default=0.0),
         samples=tuple(recorder.samples),
         engine_runs=driver.engine_runs,
+        pool_decisions=tuple(recorder.pool_decisions),
+        by_engine=tuple(recorder.by_engine.values()),
     )
     orchestrator.stop("benchmark horizon")
     await driver.wind_down(task)

@@ -34,16 +34,20 @@ class Job:
     start: int | None = None
     pacer: tuple[tuple[str, float], ...] = ()  # PacerConfig overrides (sensitivity)
     seconds: float | None = None
+    every_engine: bool = False  # every engine in from the start (Workload.with_every_engine)
 
     @property
     def label(self) -> str:
         extra = f" start {self.start}" if self.start is not None else ""
+        extra += " every engine" if self.every_engine else ""
         tweak = " ".join(f"{k}={v:g}" for k, v in self.pacer)
         return f"{Path(self.workload).stem} {self.policy}{extra} {tweak}".rstrip()
 
 
 def run_job(job: Job) -> dict[str, Any]:
     workload = load_workload(job.workload)
+    if job.every_engine:
+        workload = workload.with_every_engine()
     outcome = run_workload(
         workload, job.policy, seconds=job.seconds, start=job.start, pacer=dict(job.pacer) or None
     )
@@ -69,8 +73,10 @@ def run_jobs(jobs: list[Job], *, workers: int = WORKERS) -> list[RunOutcome]:
     return [results[i] for i in range(len(jobs))]
 
 
-def sweep_jobs(workload: str, caps: Iterable[int] = SWEEP_CAPS) -> list[Job]:
-    return [Job(workload, f"fixed:{cap}") for cap in caps]
+def sweep_jobs(
+    workload: str, caps: Iterable[int] = SWEEP_CAPS, *, every_engine: bool = False
+) -> list[Job]:
+    return [Job(workload, f"fixed:{cap}", every_engine=every_engine) for cap in caps]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ documents every key. Errors carry the path of their field (``engine[1].kv_tokens
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +21,19 @@ from inference.sim.presets import PRESETS
 from inference.sim.sampling import LengthDistribution
 from workers.core.config.fields import ConfigError, Errors, FieldError, Table, join
 from workers.core.config.run import RunConfig, parse_run_config
+from workers.core.members import DEFAULT_DRAIN_S, MAX_DRAIN_S
 from workers.core.samples import EngineRole
 
-EVENT_KINDS = ("lengths", "engine_down", "engine_up", "eval_wave", "kv")
+EVENT_KINDS = (
+    "lengths",
+    "engine_down",
+    "engine_up",
+    "eval_wave",
+    "kv",
+    "engine_join",
+    "engine_leave",
+)
+POOL_KINDS = ("engine_join", "engine_leave")  # an operator's: each names exactly one engine
 COST_FIELDS = ("step_overhead_s", "per_batched_token_s", "per_seq_s", "per_context_token_s")
 RUN_KEYS = ("batch_size", "group_size", "max_off_policy_steps", "eval_every", "seed")
 MAX_SECONDS = 86_400.0  # a day of virtual time: far past any benchmark's use
@@ -35,6 +46,7 @@ class Event:
     kind: str
     factor: float  # lengths: answer-length multiplier; kv: KV-cache multiplier
     engines: tuple[int, ...]  # which engines (indices) it touches; every one when not named
+    drain_s: float = DEFAULT_DRAIN_S  # engine_leave: the episodes on it have this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +79,20 @@ class Workload:
             trainer = {"mode": "external", "ack_timeout_s": timeout}
             document["trainer"] = {**trainer, "updates": self.training.updates}
         return parse_run_config(document)
+
+    @property
+    def joining(self) -> frozenset[str]:
+        """The engines not in the run at its start: those an ``engine_join`` brings in."""
+        return frozenset(
+            self.engines[e.engines[0]].name for e in self.events if e.kind == "engine_join"
+        )
+
+    def with_every_engine(self) -> Workload:
+        """The same workload with every engine in the run from the start (its engine_join
+        events dropped): the pool a join leads to, whose own best the join benchmark reads
+        the ramp after the join against."""
+        kept = tuple(e for e in self.events if e.kind != "engine_join")
+        return dataclasses.replace(self, events=kept)
 
     @property
     def serving(self) -> tuple[EngineShape, ...]:
@@ -117,6 +143,7 @@ def parse_workload(document: object, path: str = "<workload>") -> Workload:
     if engines and not any(e.role is not EngineRole.PREFILL for e in engines):
         errors.add("engine", "at least one engine must be unified or decode")
     _check_events(events, document_out, errors)
+    _check_pool(events, engines, errors)
     errors.raise_if_any()
     return Workload(
         name=name,
@@ -194,8 +221,12 @@ def _event(table: Table, engines: int, seconds: float) -> Event | None:
     at = table.number("at_s", low=0.0, high=seconds)
     kind = table.string("kind", choices=EVENT_KINDS)
     factor = table.number("factor", 1.0, low=0.01, high=100.0)
+    drain_s = table.number("drain_s", DEFAULT_DRAIN_S, low=0.0, high=MAX_DRAIN_S)
     named = table.raw("engine", None)
     table.finish()
+    if kind in POOL_KINDS and named is None:
+        table.errors.add(join(table.path, "engine"), f"{kind} names one engine (engine = k)")
+        return None
     chosen: tuple[int, ...] = tuple(range(engines))
     if named is not None:
         if isinstance(named, bool) or not isinstance(named, int) or not 0 <= named < engines:
@@ -203,9 +234,9 @@ def _event(table: Table, engines: int, seconds: float) -> Event | None:
             table.errors.add(path, f"must be an engine index 0..{engines - 1}, got {named!r}")
             return None
         chosen = (named,)
-    if at is None or kind is None or factor is None:
+    if at is None or kind is None or factor is None or drain_s is None:
         return None
-    return Event(at, kind, factor, chosen)
+    return Event(at, kind, factor, chosen, drain_s)
 
 
 def _check_run(document: dict[str, Any], errors: Errors) -> None:
@@ -226,3 +257,43 @@ def _check_events(events: list[Event | None], document: dict[str, Any], errors: 
             continue
         if event.kind == "eval_wave" and not has_eval:
             errors.add(f"event[{index}].kind", 'eval_wave needs an [[env]] with kind = "eval"')
+
+
+def _check_pool(events: list[Event | None], engines: list[EngineShape], errors: Errors) -> None:
+    """The run's engines over time, as the events change them, in time order (file order at
+    one instant): an engine joins once, only when not in the run, and leaves only when in
+    it; the run always keeps a serving engine; engine_down and engine_up touch engines in
+    the run. A leaving engine is out from its event on (its drain may end any time up to
+    ``drain_s`` later), so that no event depends on how long the drain took."""
+    timed = sorted(
+        ((index, e) for index, e in enumerate(events) if e is not None), key=lambda p: p[1].at
+    )
+    joining = {e.engines[0] for _, e in timed if e.kind == "engine_join"}
+    serving = {i for i, shape in enumerate(engines) if shape.role is not EngineRole.PREFILL}
+    members = serving - joining
+    if serving and not members:
+        errors.add("event", "every serving engine joins later: one must be in the run at 0 s")
+        return
+    joined: set[int] = set()
+    for index, event in timed:
+        if not event.engines:
+            continue
+        path, named = f"event[{index}].engine", event.engines[0]
+        where = f"engine {named} ({engines[named].name})"
+        alone = len(event.engines) == 1  # named (unnamed: every engine in the run then)
+        if event.kind in POOL_KINDS and named not in serving:
+            errors.add(path, f"{where} is a prefill engine: it takes no episodes to join with")
+        elif event.kind == "engine_join" and (named in members or named in joined):
+            again = "in the run" if named in members else "gone: an engine joins a run once"
+            errors.add(path, f"{where} is {again} at {event.at:g} s")
+        elif event.kind == "engine_join":
+            members.add(named)
+            joined.add(named)
+        elif event.kind == "engine_leave" and named not in members:
+            errors.add(path, f"{where} is not in the run at {event.at:g} s")
+        elif event.kind == "engine_leave" and members == {named}:
+            errors.add(path, f"{where} is the run's last engine at {event.at:g} s")
+        elif event.kind == "engine_leave":
+            members.discard(named)
+        elif event.kind in ("engine_down", "engine_up") and alone and named in serving - members:
+            errors.add(path, f"{where} is not in the run at {event.at:g} s")
