@@ -41,7 +41,7 @@ export class Membership {
     return true;
   }
 
-  // What the "In run" cell says of the engine: null when it is in the run as any other.
+  // What the line under the engine's name says: null when it is in the run as any other.
   standing(name, nowMs = Date.now()) {
     const known = this.byEngine.get(name);
     if (known?.kind === "engine-leave") return { text: "left", className: "left", title: known.reason };
