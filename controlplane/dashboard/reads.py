@@ -181,6 +181,33 @@ def served_versions(run: Run, engine_ids: list[str]) -> dict[str, dict[str, Any]
     return versions
 
 
+# Engines joining and leaving a run: the decisions that say which ones drain or have left.
+MEMBERSHIP_KINDS = (
+    DecisionKind.ENGINE_JOIN.value,
+    DecisionKind.ENGINE_DRAIN.value,
+    DecisionKind.ENGINE_LEAVE.value,
+)
+MEMBERSHIP_DECISIONS = 200  # an operator's additions and removals: a few per run
+
+
+def engine_changes(run: Run) -> dict[str, dict[str, Any]]:
+    """For each engine added to or taken out of the run, its newest join, drain or leave
+    decision (kind, when, why, figures): what the engine table marks "draining" or "left"
+    from the page's first paint, whatever the age of the drain. One query on the
+    ``(run, kind, at)`` index, the run's newest MEMBERSHIP_DECISIONS of these kinds."""
+    newest: dict[str, dict[str, Any]] = {}
+    rows = (
+        Decision.objects.filter(run_id=run.pk, kind__in=MEMBERSHIP_KINDS)
+        .exclude(engine="")
+        .order_by("-at", "-id")
+        .values("id", "at", "kind", "engine", "reason", "figures")[:MEMBERSHIP_DECISIONS]
+    )
+    for row in rows:
+        if row["engine"] not in newest:
+            newest[row["engine"]] = {**row, "at": row["at"].isoformat()}
+    return newest
+
+
 @dataclass(frozen=True, slots=True)
 class Example:
     name: str

@@ -22,6 +22,7 @@ from controlplane.runs.config_diff import ABSENT
 from controlplane.runs.roles import is_operator, role_of
 from controlplane.signin_limits import ThrottledSignIn
 from workers.core.decisions import DecisionKind
+from workers.core.members import DEFAULT_DRAIN_S, MAX_DRAIN_S
 
 VIEWER_REASON = (
     "You are signed in as a viewer: commands need the operator role (ask an admin to run "
@@ -116,6 +117,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "engines": engines,
         "served": reads.served_versions(run, [e["engine_id"] for e in engines]),
         "relays_weights": reads.relays_weights(run.config),
+        "engine_changes": reads.engine_changes(run),
         "kinds": [kind.value for kind in DecisionKind],
         "websocket": f"/ws/runs/{run.pk}/",
         "api": {
@@ -128,6 +130,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "stop": reverse("api:run-stop", args=[run.pk]),
             "pause": reverse("api:run-pause", args=[run.pk]),
             "resume": reverse("api:run-resume", args=[run.pk]),
+            # An engine's removal is "<engines><name>/remove/".
+            "engines": reverse("api:run-engines", args=[run.pk]),
         },
         "signin": reverse("dashboard:signin"),
     }
@@ -137,6 +141,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "observe": reads.observe_only(run.config),
         "lines": lines,
         "cap_bounds": (low, high),
+        "registered": reads.registered_engines() if operator else [],
+        "drain_s": {"default": f"{DEFAULT_DRAIN_S:g}", "max": f"{MAX_DRAIN_S:g}"},
         "page_data": page_data,
     }
     return render(request, "dashboard/run_detail.html", context)

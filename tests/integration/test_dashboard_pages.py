@@ -198,6 +198,50 @@ def test_the_run_page_hands_its_script_each_engines_newest_weights_decision() ->
     assert data["served"] == {} and data["relays_weights"] is False
 
 
+def test_the_run_page_hands_its_script_each_engines_newest_join_drain_or_leave() -> None:
+    """What the engine table marks an engine "draining" or "left" by from the first paint,
+    however old the decision: per engine its newest join, drain or leave, none for an engine
+    never added or taken out; the engine controls and the registered engines' list are the
+    operator's only."""
+    Engine.objects.create(name="sim-engine-9", url="http://127.0.0.1:8199")
+    run = Run.objects.create(name="m", config={"name": "m", "engine": [{"name": "sim-engine-1"}]})
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    for seconds, engine, kind, figures in (
+        (1, "sim-engine-0", "engine-drain", {"inflight": 3, "drain_s": 120}),
+        (2, "sim-engine-2", "engine-join", {}),
+        (3, "sim-engine-2", "engine-drain", {"inflight": 0, "drain_s": 5}),
+        (4, "sim-engine-2", "engine-leave", {"cancelled": 0, "drained_s": 0.5}),
+        (5, "sim-engine-1", "weights", {"version": 1}),
+    ):
+        Decision.objects.create(
+            run=run,
+            at=at + timedelta(seconds=seconds),
+            step=0,
+            kind=kind,
+            cause="operator",
+            signal="clear",
+            cap_before=8,
+            cap_after=8,
+            reason=f"{engine} {kind}",
+            engine=engine,
+            figures=figures,
+        )
+    viewer_page = signed_in("viewer").get(f"/runs/{run.pk}/").content.decode()
+    changes = page_data(viewer_page)["engine_changes"]
+    assert {engine: (d["kind"], d["figures"]) for engine, d in changes.items()} == {
+        "sim-engine-0": ("engine-drain", {"inflight": 3, "drain_s": 120}),
+        "sim-engine-2": ("engine-leave", {"cancelled": 0, "drained_s": 0.5}),
+    }
+    assert changes["sim-engine-0"]["at"] == (at + timedelta(seconds=1)).isoformat()
+    assert 'id="engine-controls"' not in viewer_page and "sim-engine-9" not in viewer_page
+    operator_page = signed_in("operator").get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="engine-controls"' in operator_page
+    assert '<option value="sim-engine-9">http://127.0.0.1:8199</option>' in operator_page
+    assert 'id="engine-drain" type="number" min="0" max="86400" step="1" value="120"' in (
+        operator_page
+    )
+
+
 def test_kv_lines_fall_back_to_the_policys_defaults_for_a_config_that_does_not_parse() -> None:
     assert kv_lines({"bogus": 1}).trim == 0.92 and kv_lines({"bogus": 1}).shed == 0.97
     legacy = {"concurrency": {"policy": "fixed"}, "unknown": True}

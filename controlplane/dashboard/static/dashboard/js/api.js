@@ -11,6 +11,14 @@ export class ApiError extends Error {
   }
 }
 
+// An error in words: the API's messages for the fields it refused (a 400), else what it
+// said (a 409's detail, "the server could not be reached").
+export function errorWords(error) {
+  if (!(error instanceof ApiError)) return String(error);
+  const messages = Object.values(error.body.errors || {}).flat();
+  return messages.length ? messages.join(" ") : error.message;
+}
+
 export function csrfToken() {
   const found = document.cookie.split("; ").find((c) => c.startsWith("csrftoken="));
   return found ? decodeURIComponent(found.slice("csrftoken=".length)) : "";

@@ -5,7 +5,7 @@
 // point twice.
 import { ApiError, getAllPages, getJSON, withQuery } from "./api.js";
 import * as charts from "./charts.js";
-import { renderEngines } from "./engines.js";
+import { EnginePanel, Membership, renderEngines } from "./engines.js";
 import { LiveSocket } from "./live.js";
 import { OverridePanel } from "./overrides.js";
 import { TimeRows, seconds } from "./series.js";
@@ -26,6 +26,9 @@ const steps = new Map(); // step number -> its record: seconds, reward mean and 
 // back on when the live figures carry no version for it yet.
 const served = new Map(Object.entries(page.served).map(([engine, d]) => [engine, { ...d, atMs: Date.parse(d.at) }]));
 let lastEngines = null; // the newest poll's engines and warnings, redrawn as versions change
+// Engines draining out of the run or gone: from its join, drain and leave decisions, those
+// the page was served with (however old), then each one the page sees.
+const membership = new Membership(page.engine_changes);
 const engineIds = []; // as the samples name them: "<engine>/<rank>", learnt from the data
 let lastDecision = null; // the newest decision seen: where a reconnect's backfill resumes
 let lastPollAt = null; // unix seconds of the newest engine sample seen
@@ -37,6 +40,9 @@ const timeline = new Timeline({
 });
 const panel = new OverridePanel({ api: page.api, root: $("override-panel"), metrics });
 if (!page.operator) panel.disable(page.viewer_reason);
+const enginePanel = page.operator
+  ? new EnginePanel({ api: page.api, root: $("engine-panel"), table: $("engine-table"), onChange: () => showEngines() })
+  : null;
 
 const plots = {
   cap: charts.capChart($("chart-cap")),
@@ -95,6 +101,7 @@ function addDecision(d) {
   const group = charts.KIND_GROUPS[d.kind] || "other";
   capRows.upsert(seconds(d.at), { cap: d.cap_after, shadow: d.shadow_after ?? null, [`m_${group}`]: d.cap_after });
   if (d.kind === "weights") weightsDecision(d);
+  if (membership.decision(d)) showEngines();
   panel.decision(d);
   draw();
 }
@@ -119,7 +126,7 @@ function showEngines() {
   };
   renderEngines({
     body: $("engine-table").tBodies[0], warningsBox: $("engine-warnings"), configured: page.engines,
-    engines, warnings, served, relays: page.relays_weights,
+    engines, warnings, served, relays: page.relays_weights, membership, panel: enginePanel,
   });
 }
 
@@ -223,6 +230,7 @@ function showState(state, error) {
   $("ended-state").textContent = state;
   $("ended-error").textContent = error || "";
   panel.disable(`This run has ended (${state}): it takes no more commands.`);
+  enginePanel?.disable();
   setStatus("ended");
   socket.stop();
 }
