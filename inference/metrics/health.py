@@ -93,7 +93,7 @@ def skipped(status: EndpointStatus, now: float, config: HealthConfig) -> Endpoin
     return replace(
         status,
         health=EngineHealth.DOWN if status.health is EngineHealth.DOWN else aged,
-        polls_to_skip=status.polls_to_skip - 1,
+        polls_to_skip=max(0, status.polls_to_skip - 1),
     )
 
 

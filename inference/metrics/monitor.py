@@ -117,7 +117,10 @@ class EngineMonitor:
 
     async def poll(self) -> PollResult:
         now = self._clock.now()
-        due = [spec for spec in self._specs if self._memory[spec.name].status.due]
+        # The engines as the poll starts: one added while it awaits is polled from the next
+        # poll on (looked at now, it would count as skipped without being due).
+        specs = self._specs
+        due = [spec for spec in specs if self._memory[spec.name].status.due]
         outcomes = dict(
             zip(
                 (spec.name for spec in due),
@@ -128,7 +131,9 @@ class EngineMonitor:
         samples: list[LoadSample] = []
         stats: list[DashboardStats] = []
         deltas: list[ReadingDelta] = []
-        for spec in self._specs:
+        for spec in specs:
+            if spec.name not in self._memory:
+                continue  # it left the run while the poll awaited
             outcome = outcomes.get(spec.name)
             if outcome is not None and outcome.readings is not None:
                 samples += self._fresh(spec, outcome, outcome.readings, stats, deltas)
@@ -139,7 +144,7 @@ class EngineMonitor:
         return PollResult(
             now,
             tuple(samples),
-            tuple(self._memory[spec.name].status for spec in self._specs),
+            tuple(self._memory[s.name].status for s in specs if s.name in self._memory),
             tuple(stats),
             self._warnings.observe(samples, now),
         )

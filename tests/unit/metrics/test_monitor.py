@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from dataclasses import replace
 
@@ -343,3 +344,27 @@ async def test_over_real_sockets_a_live_and_a_refused_engine(tiny_server: TinySe
         None,
     )
     assert "ConnectError" in (result.endpoints[1].error or "")
+
+
+async def test_an_engine_added_while_a_poll_awaits_is_scraped_from_the_next_poll_on() -> None:
+    """An engine joining a run mid-poll was once counted as skipped without being due, and its
+    backoff counter went negative: it was never scraped again."""
+    engines, clock = Engines(), ManualClock(1000.0)
+    engines.serve("a", exposition(running=3))
+    engines.serve("b", exposition(running=7))
+    client, monitor = build(engines, [spec("a")], clock)
+    async with client:
+        polling = asyncio.ensure_future(monitor.poll())
+        await asyncio.sleep(0)  # the poll is awaiting its scrapes
+        monitor.add(spec("b"))
+        first = await polling
+        assert set(by_id(first)) == {"a/0"}
+        second = await monitor.poll()
+        third = await monitor.poll()
+        monitor.remove("a")
+        fourth = await monitor.poll()
+    assert (by_id(second)["b/0"].health, by_id(second)["b/0"].num_running) == (EngineHealth.UP, 7)
+    assert by_id(third)["b/0"].health is EngineHealth.UP
+    assert set(by_id(fourth)) == {"b/0"}
+    with pytest.raises(ValueError, match="polled already"):
+        monitor.add(spec("b"))
