@@ -174,6 +174,10 @@ def override_text(override: dict[str, Any]) -> str:
         what += f" {override['cap']}"
     if override.get("engine"):
         what += f" {override['engine']}"
+    if override.get("share") is not None:
+        what += f" x{override['share']:g}"
+    if override.get("priority") is not None:
+        what += f" p{override['priority']}"
     if override["status"] == "applied" and override.get("decision"):
         return f"override {override['id']} ({what}) applied: {override['decision']['reason']}"
     if override["status"] == "applied":

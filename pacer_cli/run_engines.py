@@ -1,5 +1,5 @@
-"""``pacer runs engines|add-engine|remove-engine``: a run's engines, changed while it runs
-(see the README's section on engines joining and leaving a run)."""
+"""``pacer runs engines|add-engine|remove-engine|share``: a run's engines, changed while it
+runs, and its share of engines other runs share (see the README's sections on both)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,12 @@ def add_run_engines_parsers(runs: Any) -> None:
     )
     remove.add_argument("--reason", default="")
     remove.add_argument("--no-wait", action="store_true", help="do not wait for the run")
+    share = runs.add_parser("share", help="the run's share and priority of shared engines")
+    share.add_argument("run", type=int)
+    share.add_argument("--share", type=float, help="its weight among the runs (default 1)")
+    share.add_argument("--priority", type=int, help="higher is served first (default 0)")
+    share.add_argument("--reason", default="")
+    share.add_argument("--no-wait", action="store_true", help="do not wait for the run")
 
 
 class RunEngineCommands:
@@ -63,6 +69,17 @@ class RunEngineCommands:
                 return EXIT_USAGE
         path = f"/api/runs/{self.args.run}/engines/{self.args.engine}/remove/"
         return self._engine_command(path, body)
+
+    def runs_share(self) -> int:
+        if self.args.share is None and self.args.priority is None:
+            print("error: give --share, --priority or both", file=self.err)
+            return EXIT_USAGE
+        body: dict[str, Any] = {"reason": self.args.reason}
+        if self.args.share is not None:
+            body["share"] = self.args.share
+        if self.args.priority is not None:
+            body["priority"] = self.args.priority
+        return self._engine_command(f"/api/runs/{self.args.run}/share/", body)
 
     def _engine_command(self, path: str, body: dict[str, Any]) -> int:
         override = self.api.post(path, body)

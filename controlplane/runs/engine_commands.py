@@ -1,4 +1,5 @@
-"""Adding an engine to a run and taking one out: the run's config changed, the command stored.
+"""Adding an engine to a run and taking one out, and changing its share of shared engines:
+the run's config changed and the command stored.
 
 The stored config is the run's engine list from the moment an operator changes it: a worker
 that takes the run up later (a restart, a resume) starts with the new list, and the command
@@ -28,6 +29,7 @@ from inference.metrics.endpoints import EngineSpec
 from workers.core.config.fields import ConfigError
 from workers.core.config.run import RunConfig
 from workers.core.members import DEFAULT_DRAIN_S, MAX_DRAIN_S
+from workers.core.sharing import PRIORITY_RANGE, SHARE_RANGE
 from workers.runtime.engines import engine_specs, preflight
 
 HOSTED = (RunState.RUNNING, RunState.STOPPING)
@@ -127,12 +129,7 @@ def _store(
             drain_s=drain_s,
             reason=reason,
         )
-        if locked.state in HOSTED:
-            run_id, override_id = locked.pk, override.pk
-            transaction.on_commit(lambda: publish_control(run_id, "override", id=override_id))
-        else:  # no worker: the stored config is the whole change
-            override.applied_at = timezone.now()
-            override.save(update_fields=["applied_at"])
+        _announce(locked, override)
     run.refresh_from_db()
     return override
 
@@ -164,3 +161,58 @@ async def _serves(config: RunConfig, joining: EngineSpec, model: str) -> None:
     """ConfigError unless ``joining`` answers and serves ``model`` (the one the run uses)."""
     async with httpx.AsyncClient() as http:
         await preflight(dataclasses.replace(config, model=model), [joining], http)
+
+
+def share_set(
+    *,
+    run: Run,
+    created_by: AbstractBaseUser | None,
+    share: float | None = None,
+    priority: int | None = None,
+    reason: str = "",
+) -> Override:
+    """A new ``concurrency.share`` and/or ``concurrency.priority`` for ``run``: written into
+    its stored config and, for a hosted run, into the claim its worker states at its next
+    look, where every run sharing its engines is split anew."""
+    if share is None and priority is None:
+        raise InvalidCommand("give a share, a priority or both", "share")
+    if share is not None and not SHARE_RANGE[0] <= share <= SHARE_RANGE[1]:
+        raise InvalidCommand(f"share must be in [{SHARE_RANGE[0]:g}, {SHARE_RANGE[1]:g}]", "share")
+    if priority is not None and not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        low, high = PRIORITY_RANGE
+        raise InvalidCommand(f"priority must be in [{low}, {high}]", "priority")
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.is_ended:
+            raise CommandRefused(
+                f"run {locked.pk} has ended ({locked.state}); it takes no commands"
+            )
+        document = copy.deepcopy(locked.config)
+        table = document.setdefault("concurrency", {})
+        if share is not None:
+            table["share"] = share
+        if priority is not None:
+            table["priority"] = priority
+        locked.config = document
+        locked.save(update_fields=["config", "updated_at"])
+        override = Override.objects.create(
+            run=locked,
+            created_by=created_by,
+            mode=OverrideMode.SHARE,
+            share=share,
+            priority=priority,
+            reason=reason,
+        )
+        _announce(locked, override)
+    run.refresh_from_db()
+    return override
+
+
+def _announce(run: Run, override: Override) -> None:
+    """Wake a hosted run's worker once committed; a run without one has it all in its config."""
+    if run.state in HOSTED:
+        run_id, override_id = run.pk, override.pk
+        transaction.on_commit(lambda: publish_control(run_id, "override", id=override_id))
+    else:
+        override.applied_at = timezone.now()
+        override.save(update_fields=["applied_at"])

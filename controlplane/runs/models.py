@@ -324,6 +324,7 @@ class OverrideMode(models.TextChoices):
     STOP = "stop", "Stop"  # end the run after the step being written
     ENGINE_ADD = "engine-add", "Add engine"  # ``engine`` joins the run's pool
     ENGINE_REMOVE = "engine-remove", "Remove engine"  # ``engine`` drains out within ``drain_s``
+    SHARE = "share", "Share"  # the run's ``share`` and ``priority`` in a pool of shared engines
 
     @classmethod
     def cap_commands(cls) -> tuple[str, ...]:
@@ -345,6 +346,8 @@ class Override(models.Model):
     # An engine command's engine, as the run names it (its registered name, or host:port).
     engine = models.CharField(max_length=200, blank=True, default="")
     drain_s = models.FloatField(null=True, blank=True)  # an engine-remove's drain deadline
+    share = models.FloatField(null=True, blank=True)  # a share command's new weight
+    priority = models.IntegerField(null=True, blank=True)  # and its new priority
     applied_at = models.DateTimeField(null=True, blank=True)
     decision = models.OneToOneField(
         Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="override"

@@ -165,3 +165,47 @@ def test_the_cli_lists_adds_and_removes_a_runs_engines(
     assert code == 0 and "engine-remove" in out
     code, _, err = pacer(live_server_api, token, "runs", "remove-engine", str(run.pk), joined)
     assert code == 1 and "a run needs one engine" in err
+    code, out, err = pacer(live_server_api, token, "runs", "share", str(run.pk), "--share", "2")
+    assert code == 0 and out.strip().endswith("(share x2) applied"), err
+    code, _, err = pacer(live_server_api, token, "runs", "share", str(run.pk))
+    assert code == 2 and "--share, --priority or both" in err
+
+
+def test_a_runs_share_and_priority_are_changed_in_its_stored_config(
+    operator_client: APIClient, sim_engine: SimEngine
+) -> None:
+    run = queued_on(sim_engine.url)
+    answer = operator_client.post(
+        f"/api/runs/{run.pk}/share/", {"share": 2.5, "priority": 1, "reason": "eval"}, "json"
+    )
+    assert answer.status_code == 202, answer.content
+    body = answer.json()
+    assert (body["mode"], body["share"], body["priority"], body["status"]) == (
+        "share",
+        2.5,
+        1,
+        "applied",
+    )
+    run.refresh_from_db()
+    assert (run.config["concurrency"]["share"], run.config["concurrency"]["priority"]) == (2.5, 1)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [({}, "share"), ({"share": 0}, "share"), ({"priority": 1000}, "priority")],
+)
+def test_a_share_command_that_cannot_work_is_a_400(
+    operator_client: APIClient, sim_engine: SimEngine, body: dict, field: str
+) -> None:
+    run = queued_on(sim_engine.url)
+    answer = operator_client.post(f"/api/runs/{run.pk}/share/", body, format="json")
+    assert answer.status_code == 400 and field in answer.json()["errors"], answer.content
+    assert not Override.objects.filter(run=run).exists()
+
+
+def test_a_viewer_may_not_change_a_runs_share(
+    viewer_client: APIClient, sim_engine: SimEngine
+) -> None:
+    run = queued_on(sim_engine.url)
+    answer = viewer_client.post(f"/api/runs/{run.pk}/share/", {"share": 2}, format="json")
+    assert answer.status_code == 403

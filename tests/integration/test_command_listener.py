@@ -37,6 +37,7 @@ async def test_the_listener_stops_when_cancelled_at_any_moment_of_its_start() ->
             orchestrator=None,  # type: ignore[arg-type]
             reporter=None,  # type: ignore[arg-type]
             engines=None,  # type: ignore[arg-type]
+            sharing=None,  # type: ignore[arg-type]
             call=no_commands,
             clock=MonotonicClock(),
             redis_url=settings.REDIS_URL,

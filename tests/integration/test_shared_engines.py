@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.runs.models import Decision, Run, RunState
+from controlplane.runs.engine_commands import share_set
+from controlplane.runs.models import Decision, Override, Run, RunState
 from controlplane.runs.queue import RUN_TASK, send_by_name
 from controlplane.runs.services import override_create
 from tests.integration.hosting import (
@@ -83,6 +84,16 @@ def test_two_runs_split_the_pool_and_a_dead_hosts_share_comes_back(
             time.sleep(1.0)
         print(f"\nalone {alone}; then caps {cap_of(first)} / {cap_of(second)}", end="")
         assert statistics.mean(ratios[-10:]) >= FAIR, ratios
+
+        second.refresh_from_db()
+        told = share_set(run=second, created_by=None, share=3.0, reason="more for the second")
+        said = wait_for(lambda: Override.objects.get(pk=told.pk).decision, 15, "the new share")
+        assert said.reason.startswith("share 1, priority 0 -> share 3, priority 0")
+        wait_for(
+            lambda: (s := shares(first)) and "with run" in s[-1].reason and "x3" in s[-1].reason,
+            30,
+            "the first run's ceiling to be cut for the second's new share",
+        )
 
         kill_worker(second_worker)
         second_worker = None

@@ -35,6 +35,10 @@ SHARE_HEADROOM = 1.25
 # poll, 5 s by default): halved in about three minutes, slow beside a controller's recovery
 # from a trim, quick beside engines that get slower (longer answers, a smaller pool).
 SHARE_MEMORY = 0.98
+# A run's share (a weight) and priority, as a config or an operator gives them: a million to
+# one between shares is more than any split a person means; priorities are ranks, not sizes.
+SHARE_RANGE = (1e-3, 1e3)
+PRIORITY_RANGE = (-100, 100)
 
 
 @dataclass(frozen=True, slots=True)

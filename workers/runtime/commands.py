@@ -1,6 +1,6 @@
 """Operator commands reaching a hosted run: stored overrides applied to the controller (pin,
-set, release), to the run's engines (add, remove) or to the run (pause, stop), and trainer
-acknowledgements.
+set, release), to the run's engines (add, remove), to its share of shared engines, or to the
+run (pause, stop), and trainer acknowledgements.
 
 The web process stores each command, then publishes a wake-up on the run's control channel
 (``controlplane.runs.control``). This listener applies whatever is stored and pending on every
@@ -34,6 +34,7 @@ from workers.core.orchestrator.ports import Ack
 from workers.runtime import store
 from workers.runtime.reporter import RunReporter
 from workers.runtime.run_engines import RunEngines
+from workers.runtime.sharing import PoolShare
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Commands:
         orchestrator: Orchestrator,
         reporter: RunReporter,
         engines: RunEngines,
+        sharing: PoolShare,
         call: Call,
         clock: Clock,
         redis_url: str,
@@ -67,6 +69,7 @@ class Commands:
         self._orchestrator = orchestrator
         self._reporter = reporter
         self._engines = engines
+        self._sharing = sharing
         self._call = call
         self._clock = clock
         self._redis_url = redis_url
@@ -130,6 +133,10 @@ class Commands:
             self._reporter.set_live(self._live())  # the run's cap written with its decision
         elif mode in (OverrideMode.ENGINE_ADD, OverrideMode.ENGINE_REMOVE):
             await self._engine_command(override)
+        elif mode == OverrideMode.SHARE:
+            decision = self._sharing.set_terms(override.share, override.priority)
+            self._reporter.link(decision, override.pk)
+            self._orchestrator.loop.command(decision)
         elif mode == OverrideMode.PAUSE:
             self.ending.append(override.pk)
             self._orchestrator.stop(PAUSED_BY_OPERATOR)

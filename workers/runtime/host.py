@@ -310,19 +310,6 @@ class Host:
                 self._inflight_by_engine(),
                 orchestrator.weights_by_engine(),
             )
-            commands = Commands(
-                run_id=self.run_id,
-                owner=self.owner,
-                controller=controller,
-                orchestrator=orchestrator,
-                reporter=reporter,
-                engines=engines,
-                call=self.call,
-                clock=self._clock,
-                redis_url=settings.REDIS_URL,
-                live=lambda: self._live(controller, None),
-            )
-            commands.acks_changed = commands_changed
             sharing = PoolShare(
                 run_id=self.run_id,
                 owner=self.owner,
@@ -336,6 +323,20 @@ class Host:
                 clock=self._clock,
                 period_s=config.concurrency.poll_interval_s,
             )
+            commands = Commands(
+                run_id=self.run_id,
+                owner=self.owner,
+                controller=controller,
+                orchestrator=orchestrator,
+                reporter=reporter,
+                engines=engines,
+                sharing=sharing,
+                call=self.call,
+                clock=self._clock,
+                redis_url=settings.REDIS_URL,
+                live=lambda: self._live(controller, None),
+            )
+            commands.acks_changed = commands_changed
             background = [
                 asyncio.ensure_future(reporter.run()),
                 asyncio.ensure_future(commands.run()),

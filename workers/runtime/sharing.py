@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from workers.core.clock import Clock
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.observe import ObserveOnly
-from workers.core.decisions import Signal
+from workers.core.decisions import Cause, Decision, DecisionKind, Signal
 from workers.core.orchestrator.orchestrator import Orchestrator
 from workers.core.sharing import Claim, Share, arbitrate
 from workers.runtime import claims
@@ -57,6 +57,28 @@ class PoolShare:
         self._period_s = period_s
         self._capacity: int | None = None
         self._runs: tuple[int, ...] = ()  # the runs in the pool at the last share taken
+
+    def set_terms(self, weight: float | None, priority: int | None) -> Decision:
+        """An operator's new share and/or priority: stated from the next look on, where the
+        pool is split anew. The decision (``share``, the cap as it is) is the caller's to
+        apply, once linked to its command."""
+        before = f"share {self._weight:g}, priority {self._priority}"
+        if weight is not None:
+            self._weight = weight
+        if priority is not None:
+            self._priority = priority
+        now, cap = self._clock.now(), self._controller.cap
+        return Decision(
+            at=now,
+            kind=DecisionKind.SHARE,
+            cause=Cause.OPERATOR,
+            signal=self._controller.make_stats(now).signal,
+            cap_before=cap,
+            cap_after=cap,
+            reason=f"{before} -> share {self._weight:g}, priority {self._priority}: the "
+            "pool is split anew at the next look",
+            figures={"share": self._weight, "priority": self._priority},
+        )
 
     async def run(self) -> None:
         while True:

@@ -20,6 +20,7 @@ from workers.core.config.fields import ConfigError, FieldError
 from workers.core.controller.overrides import MAX_PIN_TTL_S
 from workers.core.decisions import DecisionKind
 from workers.core.members import DEFAULT_DRAIN_S, MAX_DRAIN_S
+from workers.core.sharing import PRIORITY_RANGE, SHARE_RANGE
 
 # A config deeper than this is no config: the schema's deepest table is four levels down.
 MAX_CONFIG_DEPTH = 32
@@ -207,6 +208,29 @@ class EngineRemoveInput(serializers.Serializer):
         "what is left then is cancelled",
     )
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+
+class ShareInput(serializers.Serializer):
+    share = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=SHARE_RANGE[0],
+        max_value=SHARE_RANGE[1],
+        help_text="the run's weight among the runs sharing its engines",
+    )
+    priority = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=PRIORITY_RANGE[0],
+        max_value=PRIORITY_RANGE[1],
+        help_text="higher is served first",
+    )
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("share") is None and attrs.get("priority") is None:
+            raise serializers.ValidationError({"share": "give a share, a priority or both"})
+        return attrs
 
 
 class CommandInput(serializers.Serializer):

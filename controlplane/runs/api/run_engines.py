@@ -1,4 +1,5 @@
-"""A run's engines: list them, add one to a running run, take one out (it drains first).
+"""A run's engines: list them, add one to a running run, take one out (it drains first), and
+change its share of engines other runs share.
 
 Views only read input, call a service, and answer; adding and removing are operator commands
 (overrides), answered 202 like the cap commands while the run's worker has not acted yet.
@@ -13,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.runs import engine_commands
-from controlplane.runs.api.inputs import EngineAddInput, EngineRemoveInput
+from controlplane.runs.api.inputs import EngineAddInput, EngineRemoveInput, ShareInput
 from controlplane.runs.api.runs import COMMAND_ERRORS, READ_ERRORS, accepted, get_run
 from controlplane.runs.api.serializers import OverrideSerializer
 from controlplane.runs.api.throttles import CommandRateThrottle
@@ -87,6 +88,31 @@ class RunEngineRemoveApi(APIView):
             created_by=request.user,
             engine=name,
             drain_s=found.get("drain_s"),
+            reason=found["reason"],
+        )
+        return accepted(request, override)
+
+
+class RunShareApi(APIView):
+    throttle_classes = [CommandRateThrottle]
+
+    @extend_schema(
+        operation_id="runs_share",
+        description="Change the run's `share` (weight) and/or `priority` among the runs "
+        "sharing its engines. Written into its stored config; a hosted run's worker states "
+        "it at its next look, and every run of the pool is split anew (`share` decisions).",
+        request=ShareInput,
+        responses={202: OverrideSerializer, **COMMAND_ERRORS},
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        body = ShareInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        found = body.validated_data
+        override = engine_commands.share_set(
+            run=get_run(run_id),
+            created_by=request.user,
+            share=found.get("share"),
+            priority=found.get("priority"),
             reason=found["reason"],
         )
         return accepted(request, override)

@@ -173,6 +173,8 @@ class OverrideSerializer(serializers.ModelSerializer):
             "ttl_s",
             "engine",
             "drain_s",
+            "share",
+            "priority",
             "reason",
             "created_by",
             "created_at",

@@ -28,6 +28,7 @@ urlpatterns = [
         run_engines.RunEngineRemoveApi.as_view(),
         name="run-engine-remove",
     ),
+    path("runs/<int:run_id>/share/", run_engines.RunShareApi.as_view(), name="run-share"),
     path("runs/<int:run_id>/decisions/", records.DecisionListApi.as_view(), name="run-decisions"),
     path("runs/<int:run_id>/samples/", records.SampleSeriesApi.as_view(), name="run-samples"),
     path("runs/<int:run_id>/steps/", records.StepListApi.as_view(), name="run-steps"),

@@ -56,6 +56,7 @@ from workers.core.dispatch.records import DispatcherConfig
 from workers.core.environments.base import Environment, Sampling
 from workers.core.environments.registry import make_environment
 from workers.core.samples import EngineRole
+from workers.core.sharing import PRIORITY_RANGE, SHARE_RANGE
 
 POLICIES = ("pacer", "reference", "fixed", "gradient2")
 TRAINER_MODES = ("none", "external")
@@ -247,8 +248,8 @@ def _concurrency(table: Table) -> ConcurrencySettings | None:
     reference = table.dataclass(ReferenceConfig, "reference")
     gradient2 = table.dataclass(Gradient2Config, "gradient2")
     breaker = table.dataclass(BreakerConfig, "breaker")
-    share = table.number("share", 1.0, low=1e-3, high=1e3)
-    priority = table.integer("priority", 0, low=-100, high=100)
+    share = table.number("share", 1.0, low=SHARE_RANGE[0], high=SHARE_RANGE[1])
+    priority = table.integer("priority", 0, low=PRIORITY_RANGE[0], high=PRIORITY_RANGE[1])
     table.finish()
     parts = (policy, observe, poll, controller, pacing, pacer, reference, gradient2, breaker)
     if any(part is None for part in (*parts, share, priority)):

@@ -14,10 +14,11 @@ export const KIND_GROUPS = {
   weights: "weights",
   "engine-join": "engine", "engine-drain": "engine", "engine-leave": "engine", "engine-out": "engine", "engine-back": "engine",
   rescale: "rescale",
+  share: "share",
 };
 export const GROUP_COLOURS = {
   start: "#2f6fd1", grow: "#2e9e44", trim: "#d98c00", cut: "#d1342f",
-  operator: "#8a3ffc", stale: "#7a7a7a", weights: "#c11574", engine: "#344054", rescale: "#0086c9", other: "#138a8a",
+  operator: "#8a3ffc", stale: "#7a7a7a", weights: "#c11574", engine: "#344054", rescale: "#0086c9", share: "#b54708", other: "#138a8a",
 };
 export const MARKER_GROUPS = Object.keys(GROUP_COLOURS);
 const ENGINE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"];
