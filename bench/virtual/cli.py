@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     sens = commands.add_parser("sensitivity", help="each pacer threshold at 0.8x and 1.2x")
     sens.add_argument("--workload", required=True)
     sens.set_defaults(handler=_sensitivity)
-    join = commands.add_parser("join", help="an engine joins: time to 90 % of the new best")
+    join = commands.add_parser("join", help="an engine joins: time to 90 %% of the new best")
     join.add_argument("--workload", default=DEFAULT_WORKLOAD, help="default: W9")
     join.set_defaults(handler=_join)
     fit = commands.add_parser("fit", help="a workload file fitted to a recorded run")

@@ -48,7 +48,7 @@ class ThroughputProbe:
         self._flat_gain = flat_gain
         self._index: int | None = None
         self._since = 0.0
-        self._tokens = 0
+        self._tokens = 0.0
         self._inflight_sum = 0.0
         self._polls = 0
         self._whole = True  # every poll of the epoch so far was whole
@@ -70,7 +70,7 @@ class ThroughputProbe:
         if self._index is None:
             self._start(index, poll.at)
             return False
-        self._tokens += poll.generation_tokens
+        self._tokens += own_tokens(poll, inflight)
         self._inflight_sum += inflight
         self._polls += 1
         self._whole = self._whole and poll.whole
@@ -103,7 +103,7 @@ class ThroughputProbe:
     def _start(self, index: int, at: float) -> None:
         self._index = index
         self._since = at
-        self._tokens = 0
+        self._tokens = 0.0
         self._inflight_sum = 0.0
         self._polls = 0
         self._whole = True
@@ -132,3 +132,14 @@ class ThroughputProbe:
         else:
             raise ValueError(f"anchor must be null or [inflight, rate], got {anchor!r}")
         self._index = None
+
+
+def own_tokens(poll: PollSummary, inflight: int) -> float:
+    """The poll's generated tokens that are this run's: all of them, unless the engines hold
+    more requests than the run has episodes (other runs share the engines), when they are
+    shared out by requests. Counted whole, another run growing on the same engines would
+    read as this run's larger pool buying nothing, and it would trim for it."""
+    requests = poll.engine_requests
+    if inflight <= 0 or requests <= inflight:
+        return float(poll.generation_tokens)
+    return poll.generation_tokens * inflight / requests
