@@ -105,6 +105,10 @@ class PoolShare:
         )
         found = await self._call(claims.exchange, self.run_id, self._owner, own, self._capacity)
         share = arbitrate(self.run_id, found)
+        runs = () if share is None else share.runs
+        self._controller.set_neighbours(
+            sum(c.inflight for c in found if c.run_id in runs and c.run_id != self.run_id)
+        )
         before = self._controller.ceiling
         ceiling = None if share is None else share.ceiling
         decisions = self._controller.set_ceiling(

@@ -94,3 +94,16 @@ def test_a_ceiling_below_the_level_brings_the_cap_down_at_once_and_says_why() ->
     assert (lifted.cap_before, lifted.cap_after) == (90, 90)  # the policy grows back itself
     with pytest.raises(ValueError, match="ceiling must be"):
         ctl.set_ceiling(0, now=4.0, detail="")
+
+
+def test_requests_other_runs_on_the_engines_hold_are_no_reconcile_alert() -> None:
+    def alerts(neighbours: int) -> list:
+        ctl = Controller(ControllerConfig(initial_inflight=10, over_permit_polls=3), PacerPolicy())
+        ctl.set_neighbours(neighbours)
+        decisions = []
+        for index in range(4):
+            decisions += ctl.on_poll([sample("e0", running=50)], inflight=10, now=5.0 * index)
+        return [d for d in decisions if d.kind is DecisionKind.RECONCILE]
+
+    assert len(alerts(0)) == 1  # 50 requests against 10 permits: nobody's
+    assert alerts(40) == []  # another run's 40 episodes own them

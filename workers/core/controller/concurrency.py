@@ -74,6 +74,7 @@ class Controller:
         self.config = config
         self.policy = policy
         self._ceiling = Ceiling()
+        self._neighbours = 0  # episodes other runs sharing the engines hold in flight
         self._level = self._bounded(float(config.initial_inflight or config.min_inflight))
         self._bootstrapped = False
         self._start = StartCap(config)
@@ -197,6 +198,12 @@ class Controller:
         self._level = self._bounded(self._level)
         moment = self._moment(now)
         return (moment.policy_record(DecisionKind.SHARE, Cause.SHARE, detail, before=before),)
+
+    def set_neighbours(self, inflight: int) -> None:
+        """Episodes other runs sharing the engines hold in flight, as their claims say: their
+        requests are owned, so they are no reconcile alert."""
+        check_inflight(inflight)
+        self._neighbours = inflight
 
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
         """One episode finished; it may grow the cap."""
@@ -331,7 +338,7 @@ class Controller:
         return () if detail is None else (self._stale_freeze(now, detail),)
 
     def _check_requests(self, poll: PollSummary, now: float) -> tuple[Decision, ...]:
-        reason = self._requests.observe(poll.engine_requests, self._inflight)
+        reason = self._requests.observe(poll.engine_requests, self._inflight + self._neighbours)
         if reason is None:
             return ()
         kind, cause = DecisionKind.RECONCILE, Cause.REQUESTS_OVER_PERMITS

@@ -54,6 +54,9 @@ class ObserveOnly:
     def set_pool(self, engines: Iterable[str]) -> None:
         self._inner.set_pool(engines)
 
+    def set_neighbours(self, inflight: int) -> None:
+        self._inner.set_neighbours(inflight)
+
     @property
     def ceiling(self) -> int | None:
         return self._inner.ceiling
