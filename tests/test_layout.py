@@ -51,9 +51,14 @@ print(" ".join(sorted(name for name in sys.modules if name.startswith("workers."
 # Worker code the web side must not import: the tasks, and the runtime that hosts runs (which
 # imports the services: the circle services -> tasks -> host -> services). run_folders and
 # checkpoints are the path rules web and workers share (a run's folder, a trainer's
-# checkpoint), plain functions on paths that import nothing of the rest.
+# checkpoint), and engines the checks an engine passes before a run uses it (an engine added
+# to a run is asked by the web process): plain functions that import nothing of the rest.
 WORKER_ONLY = ("workers.tasks", "workers.runtime.")
-SHARED_RUNTIME = {"workers.runtime.run_folders", "workers.runtime.checkpoints"}
+SHARED_RUNTIME = {
+    "workers.runtime.run_folders",
+    "workers.runtime.checkpoints",
+    "workers.runtime.engines",
+}
 
 
 def test_the_web_side_imports_no_worker_code() -> None:
