@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.runs.engine_commands import share_set
-from controlplane.runs.models import Decision, Override, Run, RunState
+from controlplane.runs.models import CLAIM_TTL_S, Decision, Override, Run, RunState
 from controlplane.runs.queue import RUN_TASK, send_by_name
 from controlplane.runs.services import override_create
 from tests.integration.hosting import (
@@ -25,7 +25,6 @@ from tests.integration.hosting import (
     stop_worker,
     wait_for,
 )
-from workers.runtime.claims import CLAIM_TTL_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 # The smaller cap over the larger, averaged over ten seconds: held to a real share of the
