@@ -73,6 +73,7 @@ def test_two_runs_split_the_pool_and_a_dead_hosts_share_comes_back(
         (cut, *_) = shares(first)
         assert f"with run {second.pk} x1 p0" in cut.reason and "ceiling none ->" in cut.reason
         assert cut.cap_after < cut.cap_before
+        assert cut.figures["ceiling"] == cut.cap_after  # for the run page's ceiling line
         ratios = []
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -104,6 +105,7 @@ def test_two_runs_split_the_pool_and_a_dead_hosts_share_comes_back(
         )
         print(f"; ceiling lifted {time.monotonic() - killed_at:.1f} s after the kill", end="")
         assert "no other run shares its engines" in lifted[-1].reason
+        assert "ceiling" not in lifted[-1].figures
         first.refresh_from_db()
         override_create(run=first, created_by=None, mode="stop", reason="done")
         wait_for(lambda: Run.objects.get(pk=first.pk).state in RunState.ended(), 60, "the stop")
