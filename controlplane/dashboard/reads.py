@@ -118,6 +118,16 @@ def poll_interval_s(config: Any) -> float:
         return 5.0
 
 
+def share_terms(config: Any) -> tuple[float, int]:
+    """The run's share and priority among the runs sharing its engines, as its config sets
+    them (the defaults when it cannot be read)."""
+    try:
+        concurrency = parse_run_config(config).concurrency
+    except ConfigError:
+        return 1.0, 0
+    return concurrency.share, concurrency.priority
+
+
 def run_engines(config: Any) -> list[dict[str, Any]]:
     """The engines a run names, under the id its samples carry (the registered name, or
     ``host:port`` for one given by URL), with the role and ``max_num_seqs`` it runs with."""

@@ -16,4 +16,5 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.run_detail, name="run"),
     path("compare/", views.compare, name="compare"),
     path("alerts/", views.alerts, name="alerts"),
+    path("pools/", views.pools, name="pools"),
 ]

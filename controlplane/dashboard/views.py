@@ -23,6 +23,7 @@ from controlplane.runs.roles import is_operator, role_of
 from controlplane.signin_limits import ThrottledSignIn
 from workers.core.decisions import DecisionKind
 from workers.core.members import DEFAULT_DRAIN_S, MAX_DRAIN_S
+from workers.core.sharing import PRIORITY_RANGE, SHARE_RANGE
 
 VIEWER_REASON = (
     "You are signed in as a viewer: commands need the operator role (ask an admin to run "
@@ -79,6 +80,18 @@ def alerts(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+def pools(request: HttpRequest) -> HttpResponse:
+    context = {
+        **_common(request),
+        "page_data": {
+            "api": {"pools": reverse("api:pool-list")},
+            "run_url": reverse("dashboard:run", args=[0]),
+        },
+    }
+    return render(request, "dashboard/pools.html", context)
+
+
+@login_required
 def run_new(request: HttpRequest) -> HttpResponse:
     if not is_operator(request.user):
         context = {**_common(request), "reason": "Creating runs needs the operator role."}
@@ -132,6 +145,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "resume": reverse("api:run-resume", args=[run.pk]),
             # An engine's removal is "<engines><name>/remove/".
             "engines": reverse("api:run-engines", args=[run.pk]),
+            "share": reverse("api:run-share", args=[run.pk]),
         },
         "signin": reverse("dashboard:signin"),
     }
@@ -143,6 +157,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "cap_bounds": (low, high),
         "registered": reads.registered_engines() if operator else [],
         "drain_s": {"default": f"{DEFAULT_DRAIN_S:g}", "max": f"{MAX_DRAIN_S:g}"},
+        "share_terms": reads.share_terms(run.config),
+        "share_range": SHARE_RANGE,
+        "priority_range": PRIORITY_RANGE,
         "page_data": page_data,
     }
     return render(request, "dashboard/run_detail.html", context)

@@ -9,6 +9,8 @@ join over millions of samples.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
@@ -363,6 +365,22 @@ class Override(models.Model):
         return self.applied_at is None and not self.error
 
 
+# A claim its host has not renewed for a lease's life (workers.runtime.lease.LEASE_TTL_S, which
+# the web side does not import) is a host that is gone: its run is someone else's to host by
+# then, and the pool is split without it.
+CLAIM_TTL_S = 20.0
+
+
+class PoolClaimQuerySet(models.QuerySet["PoolClaim"]):
+    def counted(self, now: datetime) -> PoolClaimQuerySet:
+        """The claims the arbiter counts at ``now``: renewed within ``CLAIM_TTL_S``, of hosted
+        runs only (a run that ended, paused or was handed back drops out of its pool at once)."""
+        return self.filter(
+            updated_at__gte=now - timedelta(seconds=CLAIM_TTL_S),
+            run__state__in=(RunState.RUNNING, RunState.STOPPING),
+        )
+
+
 class PoolClaim(models.Model):
     """What a hosted run states for the engines it may share with other runs
     (``workers.core.sharing``): written by its host at every poll, read by every host whose
@@ -380,6 +398,8 @@ class PoolClaim(models.Model):
     ceiling = models.PositiveIntegerField(null=True, blank=True)  # in force; None: no sharing
     capacity = models.PositiveIntegerField(null=True, blank=True)  # the pool's it was cut from
     updated_at = models.DateTimeField()
+
+    objects = PoolClaimQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["updated_at"], name="pool_claim_fresh")]

@@ -22,11 +22,13 @@ from controlplane.runs.models import (
     Engine,
     EvalRecord,
     Override,
+    PoolClaim,
     Run,
     RunState,
     StepRecord,
 )
 from workers.core.controller.records import ControllerConfig
+from workers.core.sharing import Claim, pool_of
 
 ACTIVE = (RunState.QUEUED, RunState.RUNNING, RunState.STOPPING, RunState.PAUSED)
 HOSTED = (RunState.RUNNING, RunState.STOPPING)
@@ -342,4 +344,41 @@ def pending_override_count() -> QuerySet[Any]:
         .values("run_id")
         .annotate(n=Count("id"))
         .order_by()
+    )
+
+
+# -- pools ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """Runs that share engines, as their claims say now (``workers.core.sharing``)."""
+
+    engines: list[str]  # every engine a run of the pool claims, sorted
+    capacity: int | None  # the largest capacity its runs' ceilings were cut from
+    runs: list[PoolClaim]  # with ``run`` loaded, by run id
+
+
+def pool_list() -> list[PoolView]:
+    """The pools now, from the claims the arbiter counts, grouped by its own rule: each run
+    with the runs it shares an engine with (``pool_of``), the groups contained in another left
+    out (a run that shares with two runs that share nothing: the middle one's pool). A run
+    alone on its engines is in no pool."""
+    counted = PoolClaim.objects.counted(timezone.now()).select_related("run")
+    rows = {row.run_id: row for row in counted}
+    claims = [
+        Claim(row.run_id, frozenset(row.engines), row.weight, row.priority, row.demand,
+              row.inflight, row.loaded, row.ceiling, row.capacity)
+        for row in rows.values()
+    ]  # fmt: skip
+    groups = {frozenset(c.run_id for c in pool_of(run_id, claims)) for run_id in rows}
+    pools = [g for g in groups if len(g) > 1 and not any(g < other for other in groups)]
+    return [_pool_view([rows[run_id] for run_id in sorted(g)]) for g in sorted(pools, key=min)]
+
+
+def _pool_view(found: list[PoolClaim]) -> PoolView:
+    return PoolView(
+        engines=sorted({url for row in found for url in row.engines}),
+        capacity=max((row.capacity for row in found if row.capacity), default=None),
+        runs=found,
     )

@@ -126,6 +126,7 @@ def test_every_page_keeps_to_the_content_security_policy(
         "/": "#runs tbody tr",
         "/runs/new/": "#config",
         "/alerts/": "#rules-card",
+        "/pools/": "#pools-status[data-status='live']",
         f"/runs/{run.pk}/": "#live-status:text('live')",  # the websocket is connect-src 'self'
         f"/compare/?runs={run.pk},{other.pk}": "#compare-status[data-status='loaded']",
         "/api/docs/": ".swagger-ui .info",

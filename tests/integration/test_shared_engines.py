@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.runs.engine_commands import share_set
-from controlplane.runs.models import Decision, Override, Run, RunState
+from controlplane.runs.models import CLAIM_TTL_S, Decision, Override, Run, RunState
 from controlplane.runs.queue import RUN_TASK, send_by_name
 from controlplane.runs.services import override_create
 from tests.integration.hosting import (
@@ -25,7 +25,6 @@ from tests.integration.hosting import (
     stop_worker,
     wait_for,
 )
-from workers.runtime.claims import CLAIM_TTL_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 # The smaller cap over the larger, averaged over ten seconds: held to a real share of the
@@ -74,6 +73,7 @@ def test_two_runs_split_the_pool_and_a_dead_hosts_share_comes_back(
         (cut, *_) = shares(first)
         assert f"with run {second.pk} x1 p0" in cut.reason and "ceiling none ->" in cut.reason
         assert cut.cap_after < cut.cap_before
+        assert cut.figures["ceiling"] == cut.cap_after  # for the run page's ceiling line
         ratios = []
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -105,6 +105,7 @@ def test_two_runs_split_the_pool_and_a_dead_hosts_share_comes_back(
         )
         print(f"; ceiling lifted {time.monotonic() - killed_at:.1f} s after the kill", end="")
         assert "no other run shares its engines" in lifted[-1].reason
+        assert "ceiling" not in lifted[-1].figures
         first.refresh_from_db()
         override_create(run=first, created_by=None, mode="stop", reason="done")
         wait_for(lambda: Run.objects.get(pk=first.pk).state in RunState.ended(), 60, "the stop")

@@ -5,19 +5,11 @@ at once, its row left for its next host to rewrite."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.utils import timezone
 
-from controlplane.runs.models import PoolClaim, RunState
+from controlplane.runs.models import PoolClaim
 from workers.core.sharing import Claim
-from workers.runtime.lease import LEASE_TTL_S
 from workers.runtime.store import fenced
-
-# A claim its host has not renewed for a lease's life is a host that is gone (its run is
-# someone else's to host by then): the pool is split without it.
-CLAIM_TTL_S = LEASE_TTL_S
-HOSTED = (RunState.RUNNING, RunState.STOPPING)
 
 
 @fenced
@@ -39,9 +31,6 @@ def exchange(run_id: int, owner: str, claim: Claim, capacity: int | None) -> lis
             "updated_at": now,
         },
     )
-    fresh = PoolClaim.objects.filter(
-        updated_at__gte=now - timedelta(seconds=CLAIM_TTL_S), run__state__in=HOSTED
-    )
     return [
         Claim(
             row.run_id,
@@ -54,5 +43,5 @@ def exchange(run_id: int, owner: str, claim: Claim, capacity: int | None) -> lis
             row.ceiling,
             row.capacity,
         )
-        for row in fresh
+        for row in PoolClaim.objects.counted(now)
     ]

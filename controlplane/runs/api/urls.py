@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from controlplane.runs.api import compare, engines, records, run_engines, runs
+from controlplane.runs.api import compare, engines, pools, records, run_engines, runs
 
 app_name = "api"
 
@@ -36,6 +36,7 @@ urlpatterns = [
     path("runs/<int:run_id>/steps/<int:step>/ack", records.StepAckNoSlashApi.as_view()),
     path("runs/<int:run_id>/evals/", records.EvalListApi.as_view(), name="run-evals"),
     path("runs/<int:run_id>/export/<str:table>/", records.ExportApi.as_view(), name="run-export"),
+    path("pools/", pools.PoolListApi.as_view(), name="pool-list"),
     path("engines/", engines.EngineListApi.as_view(), name="engine-list"),
     path("engines/<str:name>/", engines.EngineDetailApi.as_view(), name="engine-detail"),
 ]

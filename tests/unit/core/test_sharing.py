@@ -90,8 +90,10 @@ def test_a_ceiling_below_the_level_brings_the_cap_down_at_once_and_says_why() ->
     assert ctl.cap == 110
     (lower,) = ctl.set_ceiling(90, now=2.5, detail="run 3 joined")
     assert (lower.cap_before, lower.cap_after) == (110, 90)
+    assert (share.figures["ceiling"], lower.figures["ceiling"]) == (110, 90)  # for the chart
     (lifted,) = ctl.set_ceiling(None, now=3.0, detail="alone again")
     assert (lifted.cap_before, lifted.cap_after) == (90, 90)  # the policy grows back itself
+    assert "ceiling" not in lifted.figures
     with pytest.raises(ValueError, match="ceiling must be"):
         ctl.set_ceiling(0, now=4.0, detail="")
 

@@ -191,13 +191,16 @@ class Controller:
         engine: a level above it comes down to it at once (admission stops; nothing is shed,
         the pool drains within a turnover), one below it grows into it as the policy says.
         A ceiling within ``SHARE_CHANGE`` of the one in force is not taken; one taken is a
-        decision (``share``, with ``detail``)."""
+        decision (``share``, with ``detail``; its figures carry the ``ceiling`` unless None)."""
         before = self._policy_cap()
         if not self._ceiling.set(ceiling):
             return ()
         self._level = self._bounded(self._level)
         moment = self._moment(now)
-        return (moment.policy_record(DecisionKind.SHARE, Cause.SHARE, detail, before=before),)
+        share = moment.policy_record(DecisionKind.SHARE, Cause.SHARE, detail, before=before)
+        if ceiling is None:
+            return (share,)
+        return (replace(share, figures={**share.figures, "ceiling": ceiling}),)
 
     def set_neighbours(self, inflight: int) -> None:
         """Episodes other runs sharing the engines hold in flight, as their claims say: their

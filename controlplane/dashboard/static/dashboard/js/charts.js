@@ -171,15 +171,17 @@ export function chart(element, series, { x = "time", yRange, bands, axis = {}, s
   return plot;
 }
 
-// Cap (stepped), the policy's shadow cap while a pin holds, in-flight train and eval, and a
-// marker per decision at the cap it set. Columns: see CAP_FIELDS.
-export const CAP_FIELDS = ["cap", "shadow", "inflight_train", "inflight_eval", ...MARKER_GROUPS.map((g) => `m_${g}`)];
+// Cap (stepped), the policy's shadow cap while a pin holds, in-flight train and eval, the
+// pool's ceiling while the run shares its engines (stepped), and a marker per decision at the
+// cap it set. Columns: see CAP_FIELDS.
+export const CAP_FIELDS = ["cap", "shadow", "inflight_train", "inflight_eval", "ceiling", ...MARKER_GROUPS.map((g) => `m_${g}`)];
 export function capChart(element) {
   return chart(element, [
     line("cap", "#1b3a6b", { width: 2.5, paths: stepped() }),
     line("policy's cap (shadow)", "#8a3ffc", { width: 2, dash: [6, 4], paths: stepped(), spanGaps: false }),
     line("in flight: train", "#2e9e44"),
     line("in flight: eval", "#d98c00"),
+    line("pool ceiling", GROUP_COLOURS.share, { width: 2, dash: [2, 3], paths: stepped(), spanGaps: false }),
     ...MARKER_GROUPS.map(markers),
   ]);
 }

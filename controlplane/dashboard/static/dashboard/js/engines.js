@@ -163,7 +163,7 @@ export class EnginePanel {
     this.addButton.classList.add("pending");
     this.addButton.textContent = "adding…";
     try {
-      await this.command(this.api.engines, { engine }, `add ${engine}`);
+      await sendCommand(this.log, this.api.engines, { engine, reason: "" }, `add ${engine}`);
       this.input.value = "";
     } catch (error) {
       this.fail(`${engine} not added: ${errorWords(error)}`);
@@ -184,7 +184,7 @@ export class EnginePanel {
     this.removing.add(name);
     this.onChange();
     try {
-      await this.command(`${this.api.engines}${encodeURIComponent(name)}/remove/`, { drain_s: drainS }, `remove ${name} (drain ${drainS} s)`);
+      await sendCommand(this.log, `${this.api.engines}${encodeURIComponent(name)}/remove/`, { drain_s: drainS, reason: "" }, `remove ${name} (drain ${drainS} s)`);
     } catch (error) {
       this.fail(`${name} not removed: ${errorWords(error)}`);
     } finally {
@@ -193,28 +193,30 @@ export class EnginePanel {
     }
     return undefined;
   }
+}
 
-  // Sends the command and waits for the run's answer; throws the API's refusal.
-  async command(url, body, what) {
-    let override = await post(url, { ...body, reason: "" });
-    const entry = Object.assign(document.createElement("li"), { className: "pending", textContent: `${what} — pending…` });
-    entry.dataset.override = override.id;
-    this.log.prepend(entry);
-    const deadline = Date.now() + ANSWER_TIMEOUT_MS;
-    while (override.status === "pending" && Date.now() < deadline) {
-      await new Promise((resolve) => { setTimeout(resolve, POLL_MS); });
-      try {
-        override = await getJSON(override.url);
-      } catch (error) {
-        entry.title = `could not read the command: ${errorWords(error)}`;
-      }
+// Sends a command (an override) and logs it in ``log`` as pending until the run answers
+// (applied, with its decision's reason when there is one), refuses it, or ANSWER_TIMEOUT_MS
+// passes; throws the API's refusal of the command itself.
+export async function sendCommand(log, url, body, what) {
+  let override = await post(url, body);
+  const entry = Object.assign(document.createElement("li"), { className: "pending", textContent: `${what} — pending…` });
+  entry.dataset.override = override.id;
+  log.prepend(entry);
+  const deadline = Date.now() + ANSWER_TIMEOUT_MS;
+  while (override.status === "pending" && Date.now() < deadline) {
+    await new Promise((resolve) => { setTimeout(resolve, POLL_MS); });
+    try {
+      override = await getJSON(override.url);
+    } catch (error) {
+      entry.title = `could not read the command: ${errorWords(error)}`;
     }
-    const outcome = {
-      applied: ["applied", override.decision ? override.decision.reason : "applied"],
-      error: ["error", `refused: ${override.error}`],
-      pending: ["error", `no answer from the run after ${ANSWER_TIMEOUT_MS / 1000} s`],
-    }[override.status];
-    entry.className = outcome[0];
-    entry.textContent = `${what} — ${outcome[1]}`;
   }
+  const outcome = {
+    applied: ["applied", override.decision ? override.decision.reason : "applied"],
+    error: ["error", `refused: ${override.error}`],
+    pending: ["error", `no answer from the run after ${ANSWER_TIMEOUT_MS / 1000} s`],
+  }[override.status];
+  entry.className = outcome[0];
+  entry.textContent = `${what} — ${outcome[1]}`;
 }

@@ -9,6 +9,7 @@ import { EnginePanel, Membership, renderEngines } from "./engines.js";
 import { LiveSocket } from "./live.js";
 import { OverridePanel } from "./overrides.js";
 import { TimeRows, seconds } from "./series.js";
+import { SharePanel } from "./share.js";
 import { Timeline } from "./timeline.js";
 
 const page = JSON.parse(document.getElementById("page-data").textContent);
@@ -30,6 +31,9 @@ let lastEngines = null; // the newest poll's engines and warnings, redrawn as ve
 // the page was served with (however old), then each one the page sees.
 const membership = new Membership(page.engine_changes);
 const engineIds = []; // as the samples name them: "<engine>/<rank>", learnt from the data
+// The pool's ceiling as the run's share decisions set it: [unix seconds, ceiling or null
+// (the run shares no engine)], by time. Every row of the cap chart carries the one in force.
+const ceilings = [];
 let lastDecision = null; // the newest decision seen: where a reconnect's backfill resumes
 let lastPollAt = null; // unix seconds of the newest engine sample seen
 let ended = false;
@@ -43,6 +47,7 @@ if (!page.operator) panel.disable(page.viewer_reason);
 const enginePanel = page.operator
   ? new EnginePanel({ api: page.api, root: $("engine-panel"), table: $("engine-table"), onChange: () => showEngines() })
   : null;
+const sharePanel = page.operator ? new SharePanel({ api: page.api, root: $("share-panel") }) : null;
 
 const plots = {
   cap: charts.capChart($("chart-cap")),
@@ -99,11 +104,34 @@ function addDecision(d) {
   const key = [Date.parse(d.at), d.id];
   if (!lastDecision || key[0] > lastDecision[0] || (key[0] === lastDecision[0] && key[1] > lastDecision[1])) lastDecision = key;
   const group = charts.KIND_GROUPS[d.kind] || "other";
-  capRows.upsert(seconds(d.at), { cap: d.cap_after, shadow: d.shadow_after ?? null, [`m_${group}`]: d.cap_after });
+  const t = seconds(d.at);
+  if (d.kind === "share" && d.cause === "share") newCeiling(t, d.figures?.ceiling ?? null);
+  capRows.upsert(t, { cap: d.cap_after, shadow: d.shadow_after ?? null, ceiling: ceilingAt(t), [`m_${group}`]: d.cap_after });
   if (d.kind === "weights") weightsDecision(d);
   if (membership.decision(d)) showEngines();
   panel.decision(d);
   draw();
+}
+
+function ceilingAt(t) {
+  let found = null;
+  for (const [at, ceiling] of ceilings) {
+    if (at > t) break;
+    found = ceiling;
+  }
+  return found;
+}
+
+// A share decision's ceiling holds from its time on: the rows already drawn after it say so.
+function newCeiling(t, ceiling) {
+  let i = ceilings.length;
+  while (i > 0 && ceilings[i - 1][0] > t) i -= 1;
+  ceilings.splice(i, 0, [t, ceiling]);
+  const oldest = capRows.times[0] ?? -Infinity;
+  while (ceilings.length > 1 && ceilings[1][0] <= oldest) ceilings.shift(); // out of the window
+  for (const at of capRows.times) {
+    if (at >= t) capRows.rows.get(at).ceiling = ceilingAt(at);
+  }
 }
 
 // A weight update: a span on the time charts, and the engine's version on record for the
@@ -133,7 +161,7 @@ function showEngines() {
 function addPoll(h) {
   const t = seconds(h.at);
   const shadow = h.policy_cap !== null && h.policy_cap !== h.cap ? h.policy_cap : null;
-  capRows.upsert(t, { cap: h.cap, shadow, inflight_train: h.inflight_train, inflight_eval: h.inflight_eval });
+  capRows.upsert(t, { cap: h.cap, shadow, ceiling: ceilingAt(t), inflight_train: h.inflight_train, inflight_eval: h.inflight_eval });
   knowEngines(h.engines.map((e) => e.engine_id));
   const row = { ...lines, kv_max: Math.max(...h.engines.map((e) => e.kv_usage)) };
   for (const e of h.engines) row[`kv:${e.engine_id}`] = e.kv_usage;
@@ -164,6 +192,7 @@ function addBins(points, sinceS) {
   knowEngines([...new Set(points.map((p) => p.engine))]);
   for (const [t, group] of bins) {
     capRows.upsert(t, {
+      ceiling: ceilingAt(t),
       inflight_train: sum(group.map((p) => p.inflight_train)),
       inflight_eval: sum(group.map((p) => p.inflight_eval)),
     });
@@ -231,6 +260,7 @@ function showState(state, error) {
   $("ended-error").textContent = error || "";
   panel.disable(`This run has ended (${state}): it takes no more commands.`);
   enginePanel?.disable();
+  sharePanel?.disable();
   setStatus("ended");
   socket.stop();
 }
