@@ -11,9 +11,11 @@ from pathlib import Path
 
 from bench.virtual.fit import fit_workload, workload_toml
 from bench.virtual.join import DEFAULT_WORKLOAD, join_benchmark
+from bench.virtual.pool_workload import load_pool_workload
 from bench.virtual.report import BENCH_DIR, RESULTS, build_report, stored_oracle, write_sensitivity
 from bench.virtual.run import run_workload
 from bench.virtual.sensitivity import sensitivity
+from bench.virtual.share import share_benchmark, shipped_pools
 from bench.virtual.suite import sweep
 from bench.virtual.workload import UPDATE_MODES, load_workload, parse_workload
 from workers.core.config.fields import ConfigError
@@ -85,6 +87,14 @@ def _join(args: argparse.Namespace) -> None:
         raise SystemExit(2) from None
 
 
+def _share(args: argparse.Namespace) -> None:
+    chosen = args.workload or shipped_pools()
+    for path in chosen:  # field errors before any run starts
+        args.where = path
+        load_pool_workload(path)
+    print(share_benchmark(chosen, args.policy, args.seconds))
+
+
 def _fit(args: argparse.Namespace) -> None:
     from bench.virtual.recorded import read_run, setup_django
 
@@ -133,6 +143,13 @@ def main(argv: list[str] | None = None) -> None:
     join = commands.add_parser("join", help="an engine joins: time to 90 %% of the new best")
     join.add_argument("--workload", default=DEFAULT_WORKLOAD, help="default: W9")
     join.set_defaults(handler=_join)
+    share = commands.add_parser("share", help="runs sharing engines: shares, fairness, rate")
+    share.add_argument(
+        "--workload", action="append", help="multi-run workloads (default: bench/workloads/s*)"
+    )
+    share.add_argument("--policy", default="pacer", help="every run's: reference, pacer, ...")
+    share.add_argument("--seconds", type=float, default=None, help="virtual seconds to run")
+    share.set_defaults(handler=_share)
     fit = commands.add_parser("fit", help="a workload file fitted to a recorded run")
     fit.add_argument("--run", required=True, type=int, help="the run's id")
     fit.add_argument("--out", default=None, help="the file to write (default fit-ID.toml)")
@@ -145,7 +162,8 @@ def main(argv: list[str] | None = None) -> None:
         args.handler(args)
     except ConfigError as bad:
         for error in bad.errors:
-            where = getattr(args, "workload", None) or getattr(args, "out", "")
+            where = getattr(args, "where", None) or getattr(args, "workload", None)
+            where = where or getattr(args, "out", "")
             print(f"{where}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"wall time {time.perf_counter() - started:.1f} s", file=sys.stderr)

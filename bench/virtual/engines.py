@@ -78,10 +78,11 @@ class SimEngine:
         self.up = True
         self.kv_tokens = shape.kv_tokens
         self.waiters: dict[str, tuple[asyncio.Future[Request], Request]] = {}
-        self.generated_total = 0  # over every incarnation of the engine
+        self.generated_total = 0  # over every incarnation of the engine before this one
         self.max_kv_usage = 0.0
-        self.preemptions_total = 0
-        self._restarted = False
+        self.preemptions_total = 0  # likewise
+        self._incarnation = 0
+        self._scraped: dict[str, int] = {}  # per reader: the incarnation it last scraped
         self.virtual = self._build(0.0)
 
     def _build(self, start: float) -> VirtualEngine:
@@ -94,7 +95,10 @@ class SimEngine:
             max_model_len=min(shape.max_model_len, self.kv_tokens),
             seed=self.seed,
         )
-        self._seen = (0, 0, 0, 0)  # preemptions, prefix hits, prefix queries, generated
+        # Per reader (a run's monitor: runs sharing the engine each scrape it and take their
+        # own deltas), the counters at its last scrape of this incarnation: preemptions,
+        # prefix hits, prefix queries, generated tokens.
+        self._seen: dict[str, tuple[int, int, int, int]] = {}
         engine = Engine(config, shape.cost, shape.answer_length, reload_s=shape.reload_s)
         return VirtualEngine(engine, start=start)
 
@@ -107,8 +111,9 @@ class SimEngine:
         """Whether the engine has work: only busy engines bound how far time may run."""
         return self.virtual.engine.has_unfinished_requests() or len(self.virtual.arrivals) > 0
 
-    def sample(self, now: float) -> LoadSample:
-        """The engine's ``/metrics`` as the monitor would turn them into one poll's sample."""
+    def sample(self, now: float, reader: str = "") -> LoadSample:
+        """The engine's ``/metrics`` as ``reader``'s monitor would turn them into one poll's
+        sample."""
         engine = self.virtual.engine
         if not self.up:
             return LoadSample(
@@ -122,12 +127,12 @@ class SimEngine:
             counters.prefix_cache_queries,
             counters.generation_tokens,
         )
-        delta = [now_ - before for now_, before in zip(seen, self._seen, strict=True)]
-        self._seen = seen
-        restarted, self._restarted = self._restarted, False
+        before = self._seen.get(reader, (0, 0, 0, 0))
+        delta = [now_ - then for now_, then in zip(seen, before, strict=True)]
+        self._seen[reader] = seen
+        restarted = self._scraped.get(reader, self._incarnation) != self._incarnation
+        self._scraped[reader] = self._incarnation
         self.max_kv_usage = max(self.max_kv_usage, stats.kv_cache_usage)
-        self.preemptions_total += delta[0]
-        self.generated_total += delta[3]
         return LoadSample(
             engine_id=self.name,
             role=self.shape.role,
@@ -148,8 +153,7 @@ class SimEngine:
 
     def preemptions_so_far(self) -> int:
         """Preemptions over the whole run, including those since the last poll."""
-        counters = self.virtual.engine.counters
-        return self.preemptions_total + counters.num_preemptions - self._seen[0]
+        return self.preemptions_total + self.virtual.engine.counters.num_preemptions
 
     def die(self) -> None:
         """The engine goes away: every request it holds fails at once."""
@@ -164,10 +168,11 @@ class SimEngine:
         if kv_tokens is not None:
             self.kv_tokens = kv_tokens
         counters = self.virtual.engine.counters
-        self.preemptions_total += counters.num_preemptions - self._seen[0]
-        self.generated_total += counters.generation_tokens - self._seen[3]
+        self.preemptions_total += counters.num_preemptions
+        self.generated_total += counters.generation_tokens
         self.virtual = self._build(now)
-        self.up, self._restarted = True, True
+        self.up = True
+        self._incarnation += 1
 
     def _fail_all(self, why: str) -> None:
         waiters, self.waiters = self.waiters, {}
@@ -199,8 +204,10 @@ class VirtualClient:
         now: Callable[[], float],
         waste: Waste,
         prefill: Callable[[], SimEngine | None] | None = None,
+        owner: str = "",
     ) -> None:
         self._engine = engine
+        self._owner = owner  # its requests' ids start with it: runs sharing an engine
         self._now = now
         self._waste = waste
         self._prefill = prefill
@@ -241,7 +248,7 @@ class VirtualClient:
         """One request on ``engine``, its finished record, or why it failed."""
         if not engine.up:
             return f"engine {engine.name} is down"
-        req_id = f"r{next(self._ids)}"
+        req_id = f"{self._owner}r{next(self._ids)}"
         try:
             # An engine that ran ahead of the clock takes it at its next step boundary.
             at = max(self._now(), engine.virtual.now)

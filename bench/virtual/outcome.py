@@ -41,7 +41,8 @@ class Sample:
 @dataclass(frozen=True, slots=True)
 class PoolDecision:
     """A decision about the run's engines (one joined, drained or left, the cap rescaled for
-    the pool), as the run recorded it: what the join benchmark quotes."""
+    the pool, a ceiling from the runs sharing them), as the run recorded it: what the join
+    and share benchmarks quote."""
 
     at: float
     kind: str

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from bench.virtual.driver import InlineExecutor, VirtualTime
@@ -20,7 +21,7 @@ from bench.virtual.events import Members, apply_event
 from bench.virtual.outcome import EngineEpisodes, PoolDecision, RunOutcome, Sample
 from bench.virtual.tally import Tallied
 from bench.virtual.weights import VirtualTrainer, VirtualWeights
-from bench.virtual.workload import Workload
+from bench.virtual.workload import Training, Workload
 from workers.core.clock import ManualClock
 from workers.core.config.run import RunConfig
 from workers.core.decisions import Decision, DecisionKind
@@ -40,6 +41,7 @@ POOL_KINDS = frozenset(
         DecisionKind.ENGINE_JOIN,
         DecisionKind.ENGINE_DRAIN,
         DecisionKind.ENGINE_LEAVE,
+        DecisionKind.SHARE,
     }
 )
 
@@ -81,11 +83,12 @@ class NoWriter:
 class Recorder(QuietReporter):
     """What the run measures: completed tokens as episodes end, and on which engine; at
     every poll of the engines in the run, the load and the controller's count of
-    turnovers, which the ramp is read in; the decisions about the pool, as the reporter of
-    a hosted run hears them."""
+    turnovers, which the ramp is read in; the decisions about the pool (its engines, and
+    the run's share of engines other runs use), as the reporter of a hosted run hears them."""
 
-    def __init__(self, members: Members) -> None:
+    def __init__(self, members: Members, reader: str = "") -> None:
         self.members = members
+        self.reader = reader  # whose monitor scrapes: runs sharing engines each have one
         self.completed_tokens = 0
         self.completed_episodes = 0
         self.failed_episodes = 0
@@ -114,7 +117,7 @@ class Recorder(QuietReporter):
         ]
 
     def poll(self, now: float) -> list[LoadSample]:
-        samples = [engine.sample(now) for engine in self.members.polled()]
+        samples = [engine.sample(now, self.reader) for engine in self.members.polled()]
         assert self.orchestrator is not None
         loop = self.orchestrator.loop
         dispatcher = loop.dispatcher
@@ -152,22 +155,38 @@ def run_workload(
     return dataclasses.replace(outcome, wall_s=time.perf_counter() - started, start=start)
 
 
-async def _run(workload: Workload, config: RunConfig, policy: str, horizon: float) -> RunOutcome:
-    asyncio.get_running_loop().set_default_executor(InlineExecutor())
-    clock = ManualClock()
-    engines = [
-        SimEngine(shape, seed=config.seed * 1000 + i) for i, shape in enumerate(workload.engines)
-    ]
+@dataclass(slots=True)
+class HostedRun:
+    """One run on simulated engines, built as a worker builds it: its orchestrator (with its
+    own controller), what it records, which engines it is in, the tokens it wasted."""
+
+    orchestrator: Orchestrator
+    recorder: Recorder
+    members: Members
+    waste: Waste
+    config: RunConfig  # its environments tallied for waste
+
+
+def host_run(
+    config: RunConfig,
+    engines: list[SimEngine],
+    clock: ManualClock,
+    training: Training | None,
+    joining: frozenset[str] = frozenset(),
+    reader: str = "",
+) -> HostedRun:
+    """A run's orchestrator on ``engines``; ``reader`` names its monitor and its requests,
+    so that runs sharing the engines each scrape them and each find their own requests."""
     waste = Waste()
     prefill = PrefillPool([e for e in engines if e.shape.role is EngineRole.PREFILL])
-    training = workload.training
 
     def connect(engine: SimEngine) -> tuple[EngineClient, EngineWeights | None]:
         """A serving engine's client, and its weight routes when a trainer is in the loop."""
-        client = VirtualClient(engine, clock.now, waste, prefill.pick if prefill.engines else None)
+        pick = prefill.pick if prefill.engines else None
+        client = VirtualClient(engine, clock.now, waste, pick, owner=reader)
         return client, None if training is None else VirtualWeights(engine, clock)
 
-    members = Members(engines, connect, set(workload.joining))
+    members = Members(engines, connect, set(joining))
     routes = {
         e.name: connect(e) for e in members.polled() if e.shape.role is not EngineRole.PREFILL
     }
@@ -176,7 +195,7 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
         dataclasses.replace(env, environment=Tallied(env.environment, waste)) for env in config.envs
     )
     config = dataclasses.replace(config, envs=tallied)
-    recorder = Recorder(members)
+    recorder = Recorder(members, reader)
 
     async def poll() -> list[LoadSample]:
         return recorder.poll(clock.now())
@@ -197,10 +216,24 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
         on_engine_left=members.left,
     )
     recorder.orchestrator = orchestrator
+    return HostedRun(orchestrator, recorder, members, waste, config)
+
+
+async def _run(workload: Workload, config: RunConfig, policy: str, horizon: float) -> RunOutcome:
+    asyncio.get_running_loop().set_default_executor(InlineExecutor())
+    clock = ManualClock()
+    engines = [
+        SimEngine(shape, seed=config.seed * 1000 + i) for i, shape in enumerate(workload.engines)
+    ]
+    hosted = host_run(config, engines, clock, workload.training, workload.joining)
+    orchestrator, recorder = hosted.orchestrator, hosted.recorder
     driver = VirtualTime(clock, engines)
     for event in workload.events:
         driver.at(
-            event.at, lambda event=event: apply_event(event, orchestrator, members, config, clock)
+            event.at,
+            lambda event=event: apply_event(
+                event, orchestrator, hosted.members, hosted.config, clock
+            ),
         )
     task = asyncio.get_running_loop().create_task(orchestrator.run())
     await driver.run(horizon)
@@ -211,7 +244,7 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
         completed_tokens=recorder.completed_tokens,
         completed_episodes=recorder.completed_episodes,
         failed_episodes=recorder.failed_episodes,
-        wasted_tokens=waste.tokens,
+        wasted_tokens=hosted.waste.tokens,
         preemptions=sum(e.preemptions_so_far() for e in engines),
         max_kv=max((s.kv for s in recorder.samples), default=0.0),
         samples=tuple(recorder.samples),

@@ -117,7 +117,13 @@ def parse_workload(document: object, path: str = "<workload>") -> Workload:
     name = meta.string("name")
     description = meta.string("description", "")
     meta.finish()
-    run = top.table("run")
+    if isinstance(top.raw("run", None), list):
+        errors.add(
+            "run", "[[run]] tables make a multi-run workload: python -m bench share reads it"
+        )
+        run = Table({}, "run", errors)
+    else:
+        run = top.table("run")
     seconds = run.number("seconds", 1200.0, low=1.0, high=MAX_SECONDS)
     poll = run.number("poll_interval_s", 5.0, low=0.1, high=3600.0)
     run_doc = {key: run.raw(key) for key in RUN_KEYS if run.has(key)}

@@ -1,10 +1,10 @@
-"""A hosted run's part in the pool of engines it shares: its claim stated, its ceiling taken.
+"""A hosted run's part in the pool of engines it shares, its claims exchanged through the
+database.
 
-At every poll period the host writes its run's claim and reads every fresh claim back
-(``workers.runtime.claims``), computes its own run's share with the same rule every other
-host uses (``workers.core.sharing``) and gives the ceiling to the controller, which keeps
-its cap under it and records a ``share`` decision when it takes a new one. The database
-being away only delays this; the ceiling in force stays meanwhile.
+At every poll period the host's ``ShareTaker`` (``workers.core.pool_share``) writes its
+run's claim and reads every fresh claim back (``workers.runtime.claims``), computes its own
+run's share with the same rule every other host uses and gives the ceiling to the
+controller. The database being away only delays this; the ceiling in force stays meanwhile.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from workers.core.clock import Clock
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.observe import ObserveOnly
-from workers.core.decisions import Cause, Decision, DecisionKind, Signal
+from workers.core.decisions import Decision
 from workers.core.orchestrator.orchestrator import Orchestrator
-from workers.core.sharing import Claim, Share, arbitrate
+from workers.core.pool_share import ShareTaker
+from workers.core.sharing import Claim
 from workers.runtime import claims
 
 logger = logging.getLogger(__name__)
@@ -46,38 +46,18 @@ class PoolShare:
     ) -> None:
         self.run_id = run_id
         self._owner = owner
-        self._weight = weight
-        self._priority = priority
-        self._max_inflight = max_inflight
-        self._controller = controller
-        self._orchestrator = orchestrator
-        self._engine_urls = engine_urls  # the run's engines now: they join and leave
         self._call = call
-        self._clock = clock
         self._period_s = period_s
-        self._capacity: int | None = None
-        self._runs: tuple[int, ...] = ()  # the runs in the pool at the last share taken
-
-    def set_terms(self, weight: float | None, priority: int | None) -> Decision:
-        """An operator's new share and/or priority: stated from the next look on, where the
-        pool is split anew. The decision (``share``, the cap as it is) is the caller's to
-        apply, once linked to its command."""
-        before = f"share {self._weight:g}, priority {self._priority}"
-        if weight is not None:
-            self._weight = weight
-        if priority is not None:
-            self._priority = priority
-        now, cap = self._clock.now(), self._controller.cap
-        return Decision(
-            at=now,
-            kind=DecisionKind.SHARE,
-            cause=Cause.OPERATOR,
-            signal=self._controller.make_stats(now).signal,
-            cap_before=cap,
-            cap_after=cap,
-            reason=f"{before} -> share {self._weight:g}, priority {self._priority}: the "
-            "pool is split anew at the next look",
-            figures={"share": self._weight, "priority": self._priority},
+        self.taker = ShareTaker(
+            run_id=run_id,
+            weight=weight,
+            priority=priority,
+            max_inflight=max_inflight,
+            controller=controller,
+            orchestrator=orchestrator,
+            engine_urls=engine_urls,
+            exchange=self._exchange,
+            clock=clock,
         )
 
     async def run(self) -> None:
@@ -89,63 +69,14 @@ class PoolShare:
             await asyncio.sleep(self._period_s)
 
     async def arbitrate(self) -> None:
-        loop = self._orchestrator.loop
-        dispatcher = loop.dispatcher
-        now = self._clock.now()
-        own = Claim(
-            run_id=self.run_id,
-            engines=self._engine_urls(),
-            weight=self._weight,
-            priority=self._priority,
-            demand=self._max_inflight if self._orchestrator.hungry else dispatcher.cap,
-            inflight=dispatcher.inflight,
-            loaded=self._controller.make_stats(now).signal is not Signal.CLEAR,
-            ceiling=self._controller.ceiling,
-            capacity=self._capacity,
-        )
-        found = await self._call(claims.exchange, self.run_id, self._owner, own, self._capacity)
-        share = arbitrate(self.run_id, found)
-        runs = () if share is None else share.runs
-        self._controller.set_neighbours(
-            sum(c.inflight for c in found if c.run_id in runs and c.run_id != self.run_id)
-        )
-        before = self._controller.ceiling
-        ceiling = None if share is None else share.ceiling
-        decisions = self._controller.set_ceiling(
-            ceiling, now=self._clock.now(), detail=self._detail(share, before, ceiling, found)
-        )
-        self._capacity = None if share is None else share.capacity
-        if decisions:
-            self._runs = () if share is None else share.runs
-        for decision in decisions:
-            loop.command(decision)
+        await self.taker.arbitrate()
 
-    def _detail(
-        self, share: Share | None, before: int | None, after: int | None, found: list[Claim]
-    ) -> str:
-        change = f"ceiling {_said(before)} -> {_said(after)}"
-        if share is None:
-            return f"no other run shares its engines: {change}"
-        others = [c for c in found if c.run_id in share.runs and c.run_id != self.run_id]
-        joined = [c.run_id for c in others if c.run_id not in self._runs]
-        left = [run for run in self._runs if run not in share.runs]
-        engines = ", ".join(sorted(_host(url) for url in self._engine_urls()))
-        weights = ", ".join(f"run {c.run_id} x{c.weight:g} p{c.priority}" for c in others)
-        news = "".join(
-            [
-                f"run {', '.join(map(str, joined))} joined; " if joined and self._runs else "",
-                f"run {', '.join(map(str, left))} left; " if left else "",
-            ]
+    def set_terms(self, weight: float | None, priority: int | None) -> Decision:
+        return self.taker.set_terms(weight, priority)
+
+    async def _exchange(self, claim: Claim) -> list[Claim]:
+        """The claim written with the capacity its ceiling was cut from, the fresh ones read."""
+        found: list[Claim] = await self._call(
+            claims.exchange, self.run_id, self._owner, claim, claim.capacity
         )
-        return (
-            f"{news}pool {engines} with {weights} (this run x{self._weight:g} "
-            f"p{self._priority}), capacity {share.capacity}: {change}"
-        )
-
-
-def _said(ceiling: int | None) -> str:
-    return "none" if ceiling is None else str(ceiling)
-
-
-def _host(url: str) -> str:
-    return urlsplit(url).netloc or url
+        return found
