@@ -115,7 +115,13 @@ class MetricsClient:
             raise RuntimeError(f"MetricsClient is {self._state.value}; scrape inside `async with`")
         try:
             async with asyncio.timeout(self._config.total_s):
-                return await self._read_capped(url)
+                try:
+                    return await self._read_capped(url)
+                except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+                    # The connection broke before an answer: one kept alive across the
+                    # engine's death, or cut as it died. Asked once more on a fresh one, a
+                    # dead engine refuses (down at once) and a live one answers.
+                    return await self._read_capped(url)
         except TimeoutError as exc:
             raise ScrapeTimeout(
                 f"{url}: no complete answer within {self._config.total_s} s"

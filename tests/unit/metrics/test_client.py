@@ -14,6 +14,7 @@ from inference.metrics.errors import (
     ScrapeBadFormat,
     ScrapeConnectionError,
     ScrapeHttpStatus,
+    ScrapeRefused,
     ScrapeTimeout,
     ScrapeTooLarge,
 )
@@ -115,6 +116,34 @@ async def test_transport_failures_map_to_one_scrape_error_each(
     async with mocked(handler) as client:
         with pytest.raises(expected, match=message):
             await client.metrics_text(URL)
+
+
+@pytest.mark.parametrize(
+    ("then", "answered"),
+    [(httpx.Response(200, text=exposition()), True), (httpx.ConnectError("refused"), False)],
+)
+async def test_a_connection_broken_before_an_answer_is_asked_once_more(
+    then: httpx.Response | Exception, answered: bool
+) -> None:
+    """An engine killed with a connection kept alive breaks it; asked again, a dead engine
+    refuses (and the monitor marks it down at once, not stale) and a live one answers."""
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.ReadError("connection reset by peer")
+        if isinstance(then, Exception):
+            raise then
+        return then
+
+    async with mocked(handler) as client:
+        if answered:
+            assert await client.metrics_text(URL) == exposition()
+        else:
+            with pytest.raises(ScrapeRefused):
+                await client.metrics_text(URL)
+    assert len(calls) == 2
 
 
 async def test_the_client_is_entered_once_and_closes_its_http_client() -> None:
