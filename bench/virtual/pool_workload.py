@@ -17,14 +17,13 @@ named ``s*.toml``: the suite (``bench report``) reads only ``w*.toml``, which ha
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.virtual.engines import EngineShape
-from bench.virtual.workload import MAX_SECONDS, RUN_KEYS, Workload, parse_workload
-from workers.core.config.fields import ConfigError, Errors, FieldError, Table, join
+from bench.virtual.workload import MAX_SECONDS, RUN_KEYS, Workload, parse_workload, read_toml
+from workers.core.config.fields import ConfigError, Errors, Table, join
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +58,7 @@ class PoolWorkload:
 
 def load_pool_workload(path: str | Path) -> PoolWorkload:
     """Read and check a multi-run workload file; ConfigError lists every problem."""
-    try:
-        document = tomllib.loads(Path(path).read_text())
-    except tomllib.TOMLDecodeError as bad:
-        raise ConfigError([FieldError("", f"the TOML does not parse: {bad}")]) from None
-    return parse_pool_workload(document, str(path))
+    return parse_pool_workload(read_toml(path), str(path))
 
 
 def parse_pool_workload(document: object, path: str = "<workload>") -> PoolWorkload:

@@ -102,12 +102,15 @@ class Workload:
 
 def load_workload(path: str | Path) -> Workload:
     """Read and check a workload file; ConfigError lists every problem."""
-    text = Path(path).read_text()
+    return parse_workload(read_toml(path), str(path))
+
+
+def read_toml(path: str | Path) -> object:
+    """A workload file's document; ConfigError when it is not TOML."""
     try:
-        document = tomllib.loads(text)
+        return tomllib.loads(Path(path).read_text())
     except tomllib.TOMLDecodeError as bad:
         raise ConfigError([FieldError("", f"the TOML does not parse: {bad}")]) from None
-    return parse_workload(document, str(path))
 
 
 def parse_workload(document: object, path: str = "<workload>") -> Workload:
