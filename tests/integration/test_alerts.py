@@ -201,7 +201,7 @@ def test_a_failing_webhook_is_retried_with_backoff_until_it_answers(
         and "completed 2 steps" in (posts[0]["body"]["summary"])
     )
     gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(posts)]
-    assert gaps[1] > gaps[0] * 1.5, gaps  # backing off: 5 s, then 10 s (a look late at most)
+    assert gaps[1] > gaps[0] * 1.5, gaps  # backing off: 5 s, then 10 s (at the nearest look)
 
 
 def test_a_hanging_webhook_holds_neither_the_run_nor_another_rule_s_delivery(
