@@ -13,9 +13,11 @@ the output defines them:
   so for ``HOLD_S`` (or until one ends); in seconds and in the later run's turnovers;
 - Jain's fairness index, (sum x)^2 / (n sum x^2) of the runs' mean KV shares over weight,
   over the window from convergence until the first of them ends;
-- a run of higher priority than those running when it starts: from its start until its
-  episodes in flight reach 90 % of its ceiling, and the engines' preemptions meanwhile
-  against those in as long a window before its start;
+- a run of higher priority than those running when it starts: from its start until the
+  runs it displaced hold no more than their new ceilings (the room made for it), and until
+  its own episodes in flight reach 90 % of its ceiling (its controller's growth into that
+  room), with the engines' preemptions meanwhile against those in as long a window before
+  its start;
 - a run that ends early: from its end until the others hold 90 % of the episodes the pool
   held in the minute before it (the ceilings are handed back at the others' next
   arbitration; taking the share up is their controllers' growth);
@@ -214,7 +216,7 @@ def _priority_join(run: PoolRun, shared: PoolOutcome) -> str:
     first = "never" if given is None else str(given.ceiling)
     head = (
         f"run {run.run_id} (priority {run.priority}) joins at {run.start_s:g} s, "
-        f"first ceiling {first}"
+        f"first ceiling {first}; the others within theirs {_room_made(run, shared)}"
     )
     for point in after:
         own = point.of(run.run_id)
@@ -228,6 +230,28 @@ def _priority_join(run: PoolRun, shared: PoolOutcome) -> str:
                 f"{point.preemptions - at_start} (in as long before: {base})"
             )
     return f"{head}: never at 90 % of its ceiling"
+
+
+def _room_made(run: PoolRun, shared: PoolOutcome) -> str:
+    """How soon the runs a joining one displaced hold no more than the ceilings they took for
+    it: the room its ceiling gives it made, whatever its own controller does with it."""
+    taken = {
+        other: min(
+            (d.at for d in decisions if d.kind == "share" and d.at >= run.start_s),
+            default=run.start_s,
+        )
+        for other, decisions in shared.decisions.items()
+        if other != run.run_id
+    }
+    for point in shared.points:
+        others = [r for r in point.runs if r.run_id in taken]
+        if point.at <= max(taken.values(), default=run.start_s) or not others:
+            continue
+        if all(r.ceiling is None or r.inflight <= r.ceiling for r in others):
+            own = point.of(run.run_id)
+            turnovers = "" if own is None else f" ({own.turnover:.1f} turnovers)"
+            return f"in {point.at - run.start_s:g} s{turnovers}"
+    return "never"
 
 
 def _handback(run: PoolRun, shared: PoolOutcome) -> str:

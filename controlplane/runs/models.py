@@ -16,6 +16,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 from controlplane.runs.consumers import run_group_name
+from workers.core.sharing import Claim
 
 # An Idempotency-Key is a client's token for one create (a UUID, say); payment APIs take up
 # to 255 characters (Stripe's limit), and so does Pacer.
@@ -395,6 +396,8 @@ class PoolClaim(models.Model):
     demand = models.PositiveIntegerField()  # episodes it would run now (sharing.Claim)
     inflight = models.PositiveIntegerField()  # its episodes in flight
     loaded = models.BooleanField()  # the run's controller did not read the engines clear
+    overloaded = models.BooleanField(default=False)  # ...and read them hard (a preemption)
+    queued = models.PositiveIntegerField(default=0)  # requests its engines queue (anyone's)
     ceiling = models.PositiveIntegerField(null=True, blank=True)  # in force; None: no sharing
     capacity = models.PositiveIntegerField(null=True, blank=True)  # the pool's it was cut from
     updated_at = models.DateTimeField()
@@ -403,3 +406,18 @@ class PoolClaim(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["updated_at"], name="pool_claim_fresh")]
+
+    def as_claim(self) -> Claim:
+        return Claim(
+            run_id=self.run_id,
+            engines=frozenset(self.engines),
+            weight=self.weight,
+            priority=self.priority,
+            demand=self.demand,
+            inflight=self.inflight,
+            loaded=self.loaded,
+            ceiling=self.ceiling,
+            capacity=self.capacity,
+            queued=self.queued,
+            overloaded=self.overloaded,
+        )

@@ -28,7 +28,7 @@ from controlplane.runs.models import (
     StepRecord,
 )
 from workers.core.controller.records import ControllerConfig
-from workers.core.sharing import Claim, pool_of
+from workers.core.sharing import pool_of
 
 ACTIVE = (RunState.QUEUED, RunState.RUNNING, RunState.STOPPING, RunState.PAUSED)
 HOSTED = (RunState.RUNNING, RunState.STOPPING)
@@ -366,11 +366,7 @@ def pool_list() -> list[PoolView]:
     alone on its engines is in no pool."""
     counted = PoolClaim.objects.counted(timezone.now()).select_related("run")
     rows = {row.run_id: row for row in counted}
-    claims = [
-        Claim(row.run_id, frozenset(row.engines), row.weight, row.priority, row.demand,
-              row.inflight, row.loaded, row.ceiling, row.capacity)
-        for row in rows.values()
-    ]  # fmt: skip
+    claims = [row.as_claim() for row in rows.values()]
     groups = {frozenset(c.run_id for c in pool_of(run_id, claims)) for run_id in rows}
     pools = [g for g in groups if len(g) > 1 and not any(g < other for other in groups)]
     return [_pool_view([rows[run_id] for run_id in sorted(g)]) for g in sorted(pools, key=min)]

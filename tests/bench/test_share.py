@@ -24,7 +24,7 @@ SIZE = {"batch_size": 8, "group_size": 4}
 POOL: dict[str, Any] = {
     "workload": {"name": "pool"},
     "pool": {"seconds": 160},
-    "engine": [{"count": 2, "kv_tokens": 8192, "max_model_len": 1024, "step_overhead_s": 0.04}],
+    "engine": [{"count": 2, "kv_tokens": 4096, "max_model_len": 1024, "step_overhead_s": 0.04}],
     "run": [
         {"name": "a", "end_s": 100, "seed": 1, **SIZE, "env": ENV},
         {"name": "b", "start_s": 20, "seed": 2, **SIZE, "env": ENV},

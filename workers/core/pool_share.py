@@ -51,12 +51,14 @@ class ShareTaker:
         self._clock = clock
         self._capacity: int | None = None
         self._runs: tuple[int, ...] = ()  # the runs in the pool at the last share taken
+        self._members: frozenset[int] = frozenset()  # the runs in the pool at the last look
 
     def claim(self) -> Claim:
         """What the run states now: its demand is its max_inflight while hungry (the
         orchestrator keeps only a group beyond its cap queued, so its queue says nothing),
         else its cap."""
         dispatcher = self._orchestrator.loop.dispatcher
+        stats = self._controller.make_stats(self._clock.now())
         return Claim(
             run_id=self.run_id,
             engines=self._engine_urls(),
@@ -64,9 +66,11 @@ class ShareTaker:
             priority=self._priority,
             demand=self._max_inflight if self._orchestrator.hungry else dispatcher.cap,
             inflight=dispatcher.inflight,
-            loaded=self._controller.make_stats(self._clock.now()).signal is not Signal.CLEAR,
+            loaded=stats.signal is not Signal.CLEAR,
             ceiling=self._controller.ceiling,
             capacity=self._capacity,
+            queued=stats.engine_waiting,
+            overloaded=stats.signal is Signal.HARD,
         )
 
     async def arbitrate(self) -> Share | None:
@@ -74,10 +78,14 @@ class ShareTaker:
         change is a ``share`` decision, commanded through the run's control loop)."""
         found = await self._exchange(self.claim())
         share = arbitrate(self.run_id, found)
-        runs = () if share is None else share.runs
-        self._controller.set_neighbours(
-            sum(c.inflight for c in found if c.run_id in runs and c.run_id != self.run_id)
-        )
+        members = frozenset(() if share is None else share.runs)
+        if self._members - members:
+            self._controller.neighbour_left()
+        self._members = members
+        if share is None:
+            self._controller.set_neighbours(0)
+        else:
+            self._controller.set_neighbours(share.others, over=share.others_over)
         before = self._controller.ceiling
         ceiling = None if share is None else share.ceiling
         decisions = self._controller.set_ceiling(

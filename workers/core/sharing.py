@@ -8,13 +8,17 @@ loaded to it, the ceiling and the capacity it was last given) and every host com
 ceiling from the same claims with this rule, so no single process arbitrates and none can
 die and leave the pool unarbitrated.
 
-The pool's capacity is what its runs have shown it carries. While some run's controller reads
-the engines loaded, what the runs hold is what the engines take: the capacity is its sum, or the
-one cut last time (by any host) let down by ``SHARE_MEMORY`` a look, whichever is more, so a
-run that trims does not drag another's ceiling down with it, and a pool that got slower is
-re-measured within minutes. While all read the engines clear, it is the one cut last time,
-or ``headroom`` times what they hold when that is more, so the ceilings never hold back a pool with
-room. The controllers still cut for an overload themselves; a ceiling only bounds them.
+The pool's capacity is what its runs have shown it carries: the episodes they hold, less the
+requests the engines queue (those are held, not carried). While some run's controller reads
+the engines overloaded (preemptions, a queue), or none would grow, that is what the engines
+take: the capacity is its sum, or the one cut last time (by any host) let down by
+``SHARE_MEMORY`` a look, whichever is more, so a run that trims does not drag another's
+ceiling down with it, and a pool that got slower is re-measured within minutes. While some
+run would grow and none is overloaded, the pool is ``headroom`` over what they carry (or the
+remembered capacity, when that is more), so the ceilings never hold back a pool with room:
+the policies that probe past their KV target while throughput pays (pacer's frontier) do so
+in a shared pool as they would alone. The controllers still cut for an overload themselves;
+a ceiling only bounds them.
 That capacity is handed out by priority, highest first, and within a
 priority by weight, each run getting no more than it has to run (its demand) while another
 wants more: a share a run does not use is lent, and comes back as soon as its demand does.
@@ -25,13 +29,14 @@ Pure: claims in, ceilings out. Runs in a pool of one have no ceiling.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# While every run reads the engines clear, the pool may be this much more than its runs'
-# caps: the controllers' own growth in about a turnover (the reference grows 25 % a turnover).
+# While a run would grow and none is overloaded, the pool may be this much more than its runs
+# carry: the controllers' own growth in about a turnover (the reference grows 25 % a turnover).
 SHARE_HEADROOM = 1.25
-# While the engines read loaded, the capacity remembered falls by 2 % a look (a look every
+# The capacity remembered from the last look falls by 2 % a look (a look every
 # poll, 5 s by default): halved in about three minutes, slow beside a controller's recovery
 # from a trim, quick beside engines that get slower (longer answers, a smaller pool).
 SHARE_MEMORY = 0.98
@@ -51,9 +56,11 @@ class Claim:
     priority: int  # concurrency.priority: higher is served first
     demand: int  # episodes it has to run now: in flight and waiting to be admitted
     inflight: int  # its episodes in flight: what it holds of the engines now
-    loaded: bool  # its controller's last reading was not clear (soft or hard)
+    loaded: bool  # its controller's last reading was not clear (soft or hard): no growth
     ceiling: int | None  # what it was given last time; None before its first arbitration
     capacity: int | None = None  # the pool's capacity its ceiling was cut from last time
+    queued: int = 0  # requests waiting on the pool's engines at its last poll (anyone's)
+    overloaded: bool = False  # its controller's last reading was hard (preemptions, a queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,8 @@ class Share:
     ceiling: int
     capacity: int  # the pool's capacity it was cut from
     runs: tuple[int, ...]  # the runs in the pool, this one included
+    others: int = 0  # episodes the other runs may hold now: in flight, or up to their ceilings
+    others_over: int = 0  # episodes the other runs hold above their ceilings: draining
 
 
 def pool_of(run_id: int, claims: Sequence[Claim]) -> list[Claim]:
@@ -75,11 +84,11 @@ def pool_of(run_id: int, claims: Sequence[Claim]) -> list[Claim]:
 
 def capacity(pool: Sequence[Claim], headroom: float = SHARE_HEADROOM) -> int:
     """What the pool can take now, as its runs measure it (see the module's docstring)."""
-    carried = sum(c.inflight for c in pool)
-    known = max((c.capacity or 0 for c in pool), default=0)
-    if any(c.loaded for c in pool):
-        return max(carried, int(known * SHARE_MEMORY), len(pool))
-    return max(known, int(carried * headroom), len(pool))
+    carried = max(0, sum(c.inflight for c in pool) - max(c.queued for c in pool))
+    remembered = int(max((c.capacity or 0 for c in pool), default=0) * SHARE_MEMORY)
+    if any(c.overloaded for c in pool) or all(c.loaded for c in pool):
+        return max(carried, remembered, len(pool))
+    return max(math.ceil(carried * headroom), remembered, len(pool))
 
 
 def ceilings(pool: Sequence[Claim], total: int) -> dict[int, int]:
@@ -104,7 +113,16 @@ def arbitrate(
     if len(pool) == 1:
         return None
     total = capacity(pool, headroom)
-    return Share(run_id, ceilings(pool, total)[run_id], total, tuple(c.run_id for c in pool))
+    given = ceilings(pool, total)
+    others = [c for c in pool if c.run_id != run_id]
+    return Share(
+        run_id,
+        given[run_id],
+        total,
+        tuple(c.run_id for c in pool),
+        others=sum(max(c.inflight, given[c.run_id]) for c in others),
+        others_over=sum(max(0, c.inflight - given[c.run_id]) for c in others),
+    )
 
 
 def _fill(tier: Sequence[Claim], given: dict[int, int], left: int) -> int:

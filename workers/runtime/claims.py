@@ -26,22 +26,11 @@ def exchange(run_id: int, owner: str, claim: Claim, capacity: int | None) -> lis
             "demand": claim.demand,
             "inflight": claim.inflight,
             "loaded": claim.loaded,
+            "overloaded": claim.overloaded,
+            "queued": claim.queued,
             "ceiling": claim.ceiling,
             "capacity": capacity,
             "updated_at": now,
         },
     )
-    return [
-        Claim(
-            row.run_id,
-            frozenset(row.engines),
-            row.weight,
-            row.priority,
-            row.demand,
-            row.inflight,
-            row.loaded,
-            row.ceiling,
-            row.capacity,
-        )
-        for row in PoolClaim.objects.counted(now)
-    ]
+    return [row.as_claim() for row in PoolClaim.objects.counted(now)]

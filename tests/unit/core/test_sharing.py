@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.core.builders import sample
+from tests.unit.core.builders import complete, sample
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.policies.pacer import PacerPolicy
 from workers.core.controller.records import ControllerConfig
@@ -59,17 +59,40 @@ def test_a_higher_priority_is_served_first() -> None:
     assert ceilings(greedy, 200) == {1: 199, 2: 1}  # never 0: a run must be able to show work
 
 
-def test_the_capacity_is_remembered_and_let_down_slowly_while_loaded() -> None:
-    assert capacity([claim(1, inflight=100, loaded=True), claim(2, inflight=50)]) == 150
+def test_the_capacity_is_what_the_runs_carry_while_none_would_grow_or_one_is_overloaded() -> None:
+    holding = [claim(1, inflight=100, loaded=True), claim(2, inflight=50, loaded=True)]
+    assert capacity(holding) == 150
+    one_preempting = [claim(1, inflight=100, overloaded=True, loaded=True), claim(2, inflight=50)]
+    assert capacity(one_preempting) == 150  # the other would grow, but the pool is past its room
+    queued = [claim(1, inflight=100, loaded=True, queued=20), claim(2, inflight=50, loaded=True)]
+    assert capacity(queued) == 130  # requests the engines queue are held, not carried
+
+
+def test_the_pool_has_headroom_while_a_run_would_grow_and_none_is_overloaded() -> None:
+    one_growing = [claim(1, inflight=100, loaded=True), claim(2, inflight=50)]
+    assert capacity(one_growing) == 188  # 150 x 1.25, rounded up
+    assert capacity([claim(1, inflight=1), claim(2, inflight=1)]) == 3  # a new pool grows
+
+
+def test_the_capacity_is_remembered_and_let_down_slowly() -> None:
     trimmed = [
         claim(1, inflight=60, loaded=True, capacity=220),
-        claim(2, inflight=110, capacity=200),
+        claim(2, inflight=110, loaded=True, capacity=200),
     ]
     assert capacity(trimmed) == 215  # a trim does not drag the other's ceiling down: 220 x .98
     stepped_back = [claim(1, inflight=20, capacity=220), claim(2, inflight=30, capacity=220)]
-    assert capacity(stepped_back) == 220  # clear: held
-    at_its_ceilings = [claim(1, inflight=110, capacity=220), claim(2, inflight=110, capacity=220)]
-    assert capacity(at_its_ceilings) == 275  # room: 25 % over what the runs carry
+    assert capacity(stepped_back) == 215  # room, and what it held is let down the same
+
+
+def test_a_share_tells_what_the_other_runs_may_hold_and_what_they_must_drain() -> None:
+    big = claim(1, inflight=150, loaded=True, ceiling=150)
+    joining = claim(2, priority=1, inflight=24, demand=200, loaded=True)
+    share = arbitrate(2, [big, joining])
+    assert share is not None and share.ceiling == 173 and share.capacity == 174
+    assert (share.others, share.others_over) == (150, 149)  # run 1 is cut to 1 and drains
+    small = claim(3, inflight=5)
+    quiet = arbitrate(1, [claim(1, inflight=50), small])
+    assert quiet is not None and quiet.others == 34 and quiet.others_over == 0  # its ceiling
 
 
 def test_a_ceiling_below_the_level_brings_the_cap_down_at_once_and_says_why() -> None:
@@ -109,3 +132,41 @@ def test_requests_other_runs_on_the_engines_hold_are_no_reconcile_alert() -> Non
 
     assert len(alerts(0)) == 1  # 50 requests against 10 permits: nobody's
     assert alerts(40) == []  # another run's 40 episodes own them
+
+
+def shared(ceiling: int, neighbours: int, over: int = 0) -> Controller:
+    ctl = Controller(ControllerConfig(initial_inflight=20, max_inflight=500), PacerPolicy())
+    ctl.on_poll([sample("e0")], inflight=20, now=0.0)
+    ctl.set_ceiling(ceiling, now=0.5, detail="shared")
+    ctl.set_neighbours(neighbours, over=over)
+    return ctl
+
+
+def test_an_overload_while_the_other_runs_drain_to_their_ceilings_cuts_nothing_within_its_own() -> (
+    None
+):
+    draining = shared(120, 150, over=149)
+    assert draining.on_poll([sample("e0", preemptions=3)], inflight=20, now=5.0) == ()
+    assert draining.cap == 20  # a run that joined a loaded pool is not cut to nothing
+    drained = shared(120, 1, over=0)
+    (cut,) = drained.on_poll([sample("e0", preemptions=3)], inflight=20, now=5.0)
+    assert (cut.kind, cut.cap_after) == (DecisionKind.CUT, 17)  # once drained, its own overload
+
+
+def test_under_a_ceiling_a_run_grows_by_the_rate_of_the_pool_s_episodes() -> None:
+    def grown(neighbours: int) -> int:
+        ctl = shared(200, neighbours)
+        complete(ctl, 20, now=1.0, pool=20)
+        return ctl.cap
+
+    assert grown(0) < grown(80) <= 200  # its ceiling bounds it
+
+
+def test_a_run_leaving_the_pool_makes_the_others_forget_the_knee_learnt_under_its_load() -> None:
+    policy = PacerPolicy()
+    ctl = Controller(ControllerConfig(initial_inflight=20), policy)
+    ctl.on_poll([sample("e0")], inflight=20, now=0.0)
+    ctl.on_poll([sample("e0", preemptions=3)], inflight=3, now=5.0)  # cut at 3: another's load
+    assert ctl.make_stats(5.0).cap == 2 and policy._knee == 3.0
+    ctl.neighbour_left()
+    assert (policy._knee, policy._frontier) == (None, None)

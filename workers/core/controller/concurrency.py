@@ -75,6 +75,7 @@ class Controller:
         self.policy = policy
         self._ceiling = Ceiling()
         self._neighbours = 0  # episodes other runs sharing the engines hold in flight
+        self._neighbours_over = 0  # of which above their ceilings: draining toward them
         self._level = self._bounded(float(config.initial_inflight or config.min_inflight))
         self._bootstrapped = False
         self._start = StartCap(config)
@@ -129,6 +130,7 @@ class Controller:
             draining=self._drain.holding,
             frozen=self._freshness.frozen,
             engine_requests=engine_requests,
+            engine_waiting=0 if poll is None else poll.waiting,
             engine_requests_over_permits=max(0, engine_requests - self._inflight),
             cuts=self._cuts,
             trims=self._trims,
@@ -176,6 +178,9 @@ class Controller:
         out += self._check_stall(now) + self._check_requests(poll, now)
         if self._drain.holding:
             return out + self._release_drain(reading, poll, now)
+        ceiling = self._ceiling.value
+        if self._neighbours_over and ceiling is not None and self._inflight <= ceiling:
+            return out
         proposal = self.policy.propose(reading, view)
         if proposal is not None:
             out += (self._apply(proposal, now),)
@@ -202,14 +207,33 @@ class Controller:
             return (share,)
         return (replace(share, figures={**share.figures, "ceiling": ceiling}),)
 
-    def set_neighbours(self, inflight: int) -> None:
-        """Episodes other runs sharing the engines hold in flight, as their claims say: their
-        requests are owned, so they are no reconcile alert."""
+    def neighbour_left(self) -> None:
+        """A run sharing the engines left the pool: its part is the others' now, and what the
+        policy learnt under its load (a knee cut at a few episodes while it held most of the
+        pool) would keep this run from growing into it, so the policy forgets it
+        (``Policy.pool_changed``) as it does when an engine joins."""
+        if self.policy.rescaled:
+            self.policy.pool_changed()
+
+    def set_neighbours(self, inflight: int, *, over: int = 0) -> None:
+        """Episodes other runs sharing the engines may hold (in flight, or up to their ceilings:
+        their claims are a look old), as the pool says: their requests are owned, so they are
+        no reconcile alert, and they are the pool's load the run's growth is a rate of.
+        ``over`` of them are above their
+        runs' ceilings: the pool is draining them, so an overload while it lasts is theirs and
+        cuts nothing of a run within its own ceiling (a run that joins a loaded pool would
+        otherwise be cut to nothing by the overload its ceiling is taking away)."""
         check_inflight(inflight)
-        self._neighbours = inflight
+        check_inflight(over)
+        self._neighbours, self._neighbours_over = inflight, min(over, inflight)
 
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
-        """One episode finished; it may grow the cap."""
+        """One episode finished; it may grow the cap.
+
+        The policy's growth is a rate for the engines' load. Under a ceiling the engines carry
+        other runs' episodes too, so the run grows by that rate of the pool's episodes, not of
+        its own, up to its ceiling: a run that joined a loaded pool at a few episodes would
+        otherwise take many turnovers at a cautious rate to grow into the share it was given."""
         n = completion.pool
         self._freshness.start(now)
         self._inflight = n - 1
@@ -220,7 +244,8 @@ class Controller:
         if not self._may_grow(completion, now):
             return out
         before = self._policy_cap()
-        grown = self._level * self._growth ** self._licensed(1.0 / n)
+        base = self._level + (self._neighbours if self._ceiling.value is not None else 0)
+        grown = self._level + base * (self._growth ** self._licensed(1.0 / n) - 1.0)
         ceiling = None if self._reading is None else self._reading.ceiling
         if ceiling is not None:
             grown = min(grown, max(self._level, ceiling))

@@ -54,8 +54,11 @@ class ObserveOnly:
     def set_pool(self, engines: Iterable[str]) -> None:
         self._inner.set_pool(engines)
 
-    def set_neighbours(self, inflight: int) -> None:
-        self._inner.set_neighbours(inflight)
+    def neighbour_left(self) -> None:
+        self._inner.neighbour_left()
+
+    def set_neighbours(self, inflight: int, *, over: int = 0) -> None:
+        self._inner.set_neighbours(inflight, over=over)
 
     @property
     def ceiling(self) -> int | None:

@@ -88,6 +88,7 @@ class ControllerStats:
     draining: bool
     frozen: bool  # growth frozen on stale metrics
     engine_requests: int  # running + waiting on the fresh engines
+    engine_waiting: int  # of which waiting: what the engines hold beyond what they run
     engine_requests_over_permits: int  # engine requests beyond the permits: nobody owns them
     cuts: int
     trims: int
