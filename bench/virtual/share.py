@@ -210,8 +210,6 @@ def jain(shares: Sequence[float]) -> float:
 
 def _priority_join(run: PoolRun, shared: PoolOutcome) -> str:
     after = [p for p in shared.points if p.at >= run.start_s]
-    before = [p for p in shared.points if p.at <= run.start_s]
-    at_start = before[-1].preemptions if before else 0
     given = next((own for p in after if (own := p.of(run.run_id)) and own.ceiling), None)
     first = "never" if given is None else str(given.ceiling)
     head = (
@@ -221,15 +219,22 @@ def _priority_join(run: PoolRun, shared: PoolOutcome) -> str:
     for point in after:
         own = point.of(run.run_id)
         if own is not None and own.ceiling is not None and own.inflight >= REACHED * own.ceiling:
-            span = point.at - run.start_s
-            earlier = [p for p in before if p.at <= run.start_s - span]
-            base = at_start - (earlier[-1].preemptions if earlier else 0)
             return (
-                f"{head}: 90 % of its ceiling then ({own.inflight} of {own.ceiling}) in {span:g} s "
-                f"({own.turnover:.1f} turnovers); preemptions meanwhile "
-                f"{point.preemptions - at_start} (in as long before: {base})"
+                f"{head}; 90 % of its ceiling then ({own.inflight} of {own.ceiling}) in "
+                f"{point.at - run.start_s:g} s ({own.turnover:.1f} turnovers), "
+                f"{_preemptions(run, shared, point)}"
             )
-    return f"{head}: never at 90 % of its ceiling"
+    return f"{head}; never at 90 % of its ceiling"
+
+
+def _preemptions(run: PoolRun, shared: PoolOutcome, until: PoolPoint) -> str:
+    """The engines' preemptions from ``run``'s start to ``until``, and in as long before."""
+    before = [p for p in shared.points if p.at <= run.start_s]
+    at_start = before[-1].preemptions if before else 0
+    span = until.at - run.start_s
+    earlier = [p for p in before if p.at <= run.start_s - span]
+    base = at_start - (earlier[-1].preemptions if earlier else 0)
+    return f"preemptions meanwhile {until.preemptions - at_start} (in as long before: {base})"
 
 
 def _room_made(run: PoolRun, shared: PoolOutcome) -> str:
@@ -250,7 +255,7 @@ def _room_made(run: PoolRun, shared: PoolOutcome) -> str:
         if all(r.ceiling is None or r.inflight <= r.ceiling for r in others):
             own = point.of(run.run_id)
             turnovers = "" if own is None else f" ({own.turnover:.1f} turnovers)"
-            return f"in {point.at - run.start_s:g} s{turnovers}"
+            return f"in {point.at - run.start_s:g} s{turnovers}, {_preemptions(run, shared, point)}"
     return "never"
 
 

@@ -85,7 +85,10 @@ def pool_of(run_id: int, claims: Sequence[Claim]) -> list[Claim]:
 def capacity(pool: Sequence[Claim], headroom: float = SHARE_HEADROOM) -> int:
     """What the pool can take now, as its runs measure it (see the module's docstring)."""
     carried = max(0, sum(c.inflight for c in pool) - max(c.queued for c in pool))
-    remembered = int(max((c.capacity or 0 for c in pool), default=0) * SHARE_MEMORY)
+    # Every run of the pool re-cuts the capacity once a look, each from the others' last
+    # cut: each lets it down by its part of a look's fall, so it falls as fast in any pool.
+    fall = SHARE_MEMORY ** (1.0 / len(pool))
+    remembered = int(max((c.capacity or 0 for c in pool), default=0) * fall)
     if any(c.overloaded for c in pool) or all(c.loaded for c in pool):
         return max(carried, remembered, len(pool))
     return max(math.ceil(carried * headroom), remembered, len(pool))

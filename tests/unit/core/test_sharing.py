@@ -79,9 +79,12 @@ def test_the_capacity_is_remembered_and_let_down_slowly() -> None:
         claim(1, inflight=60, loaded=True, capacity=220),
         claim(2, inflight=110, loaded=True, capacity=200),
     ]
-    assert capacity(trimmed) == 215  # a trim does not drag the other's ceiling down: 220 x .98
+    assert capacity(trimmed) == 217  # a trim does not drag the other's ceiling down...
+    # ...and each of the two runs' cuts lets it down by half a look's 2 %: 220 x .98 ** .5
     stepped_back = [claim(1, inflight=20, capacity=220), claim(2, inflight=30, capacity=220)]
-    assert capacity(stepped_back) == 215  # room, and what it held is let down the same
+    assert capacity(stepped_back) == 217  # room, and what it held is let down the same
+    three = [claim(run, inflight=10, loaded=True, capacity=300) for run in (1, 2, 3)]
+    assert capacity(three) == 297  # 300 x .98 ** (1/3): a look's fall over its three cuts
 
 
 def test_a_share_tells_what_the_other_runs_may_hold_and_what_they_must_drain() -> None:
