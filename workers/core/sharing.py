@@ -2,27 +2,26 @@
 
 Each run's controller reads the engines' KV and queues, which hold the other runs' requests
 too, so on its own the first run to fill a pool keeps it: a second one sees the engines busy
-and never grows. The arbiter splits the pool between them instead. Every host states its
-run's claim (weight, priority, what it has to run, what it holds, whether the engines read
-loaded to it, the ceiling and the capacity it was last given) and every host computes every
-ceiling from the same claims with this rule, so no single process arbitrates and none can
-die and leave the pool unarbitrated.
+and never grows. The arbiter splits the pool between them instead. Every host states its run's
+claim (weight, priority, what it has to run, what it holds, whether its controller would grow
+or reads the engines overloaded, what the engines queue, the ceiling and the capacity it was
+last given) and every host computes every ceiling from the same claims with this rule, so no
+single process arbitrates and none can die and leave the pool unarbitrated.
 
 The pool's capacity is what its runs have shown it carries: the episodes they hold, less the
-requests the engines queue (those are held, not carried). While some run's controller reads
-the engines overloaded (preemptions, a queue), or none would grow, that is what the engines
-take: the capacity is its sum, or the one cut last time (by any host) let down by
-``SHARE_MEMORY`` a look, whichever is more, so a run that trims does not drag another's
-ceiling down with it, and a pool that got slower is re-measured within minutes. While some
-run would grow and none is overloaded, the pool is ``headroom`` over what they carry (or the
-remembered capacity, when that is more), so the ceilings never hold back a pool with room:
-the policies that probe past their KV target while throughput pays (pacer's frontier) do so
-in a shared pool as they would alone. The controllers still cut for an overload themselves;
-a ceiling only bounds them.
-That capacity is handed out by priority, highest first, and within a
-priority by weight, each run getting no more than it has to run (its demand) while another
-wants more: a share a run does not use is lent, and comes back as soon as its demand does.
-What no run wants is spread by weight, so the ceilings always add up to the capacity.
+requests the engines queue (those are held, not carried). While some run's controller reads the
+engines overloaded (preemptions, a queue), or none would grow, that is what the engines take:
+the capacity is its sum, or the one cut last time (by any host) let down by ``SHARE_MEMORY`` a
+look, whichever is more, so a run that trims does not drag another's ceiling down with it, and
+a pool that got slower is re-measured within minutes. While some run would grow and none is
+overloaded, the pool is ``headroom`` over what they carry (or the remembered capacity, when
+that is more), so the ceilings never hold back a pool with room: the policies that probe past
+their KV target while throughput pays (pacer's frontier) do so in a shared pool as they would
+alone. The controllers still cut for an overload themselves; a ceiling only bounds them. That
+capacity is handed out by priority, highest first, and within a priority by weight, each run
+getting no more than it has to run (its demand) while another wants more: a share a run does
+not use is lent, and comes back as soon as its demand does. What no run wants is spread by
+weight, so the ceilings always add up to the capacity.
 
 Pure: claims in, ceilings out. Runs in a pool of one have no ceiling.
 """
@@ -36,8 +35,8 @@ from dataclasses import dataclass
 # While a run would grow and none is overloaded, the pool may be this much more than its runs
 # carry: the controllers' own growth in about a turnover (the reference grows 25 % a turnover).
 SHARE_HEADROOM = 1.25
-# The capacity remembered from the last look falls by 2 % a look (a look every
-# poll, 5 s by default): halved in about three minutes, slow beside a controller's recovery
+# The capacity remembered from the last look falls by 2 % a look (a look every poll, 5 s by
+# default): halved in about three minutes, slow beside a controller's recovery
 # from a trim, quick beside engines that get slower (longer answers, a smaller pool).
 SHARE_MEMORY = 0.98
 # A run's share (a weight) and priority, as a config or an operator gives them: a million to

@@ -219,10 +219,10 @@ class Controller:
         """Episodes other runs sharing the engines may hold (in flight, or up to their ceilings:
         their claims are a look old), as the pool says: their requests are owned, so they are
         no reconcile alert, and they are the pool's load the run's growth is a rate of.
-        ``over`` of them are above their
-        runs' ceilings: the pool is draining them, so an overload while it lasts is theirs and
-        cuts nothing of a run within its own ceiling (a run that joins a loaded pool would
-        otherwise be cut to nothing by the overload its ceiling is taking away)."""
+        ``over`` of them are above their runs' ceilings: the pool is draining them, so an
+        overload while it lasts is theirs and cuts nothing of a run within its own ceiling (a
+        run that joins a loaded pool would otherwise be cut to nothing by the overload its
+        ceiling is taking away)."""
         check_inflight(inflight)
         check_inflight(over)
         self._neighbours, self._neighbours_over = inflight, min(over, inflight)
