@@ -28,7 +28,7 @@ def view(since_release: int | None = None) -> PoolView:
         (ReferenceConfig(), PREEMPTED, 6, 100.0, Cause.PREEMPTION, True),
         (ReferenceConfig(), PREEMPTED, 7, 160.0, Cause.PREEMPTION, False),
         (PacerConfig(), PREEMPTED, None, 170.0, Cause.PREEMPTION, False),
-        (PacerConfig(), PREEMPTED, 1, 120.0, Cause.PREEMPTION, True),
+        (PacerConfig(), PREEMPTED, 1, 200 * 0.85**3, Cause.PREEMPTION, True),
     ],
 )
 def test_cut_factor_by_cause_and_escalation(settings, poll, since, level, cause, escalated) -> None:

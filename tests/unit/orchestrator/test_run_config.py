@@ -130,7 +130,7 @@ def test_every_error_is_reported_at_once_each_at_its_path() -> None:
     assert found["colour"][0].startswith("unknown key")
     assert "must be one of 'pacer', 'reference', 'fixed'" in found["concurrency.policy"][0]
     assert found["concurrency.max_inflight"] == ["must be in [50, 1000000], got 10"]
-    assert found["concurrency.pacer.trim_kv_usage"] == ["must be in [0.01, 1.0], got 2.0"]
+    assert found["concurrency.pacer.trim_kv_usage"] == ["must be in [0.88, 1.0], got 2.0"]
     assert found["concurrency.pacer.bogus"][0].startswith("unknown key")
     assert found["env[0].args.digits"] == ["must be an integer, got 'two'"]
     assert found["engine[0].url"] == ["must be an http(s) URL, got 'ftp://x'"]
@@ -154,6 +154,16 @@ def test_every_error_is_reported_at_once_each_at_its_path() -> None:
         (minimal(trainer={"mode": "sometimes"}), "trainer.mode", "must be one of"),
         (minimal(concurrency={"poll_ttl": float("nan")}), "concurrency.poll_ttl", "finite"),
         (minimal(concurrency={"queue_polls": 3}), "concurrency.queue_polls", "unknown key"),
+        (
+            minimal(concurrency={"pacer": {"trim_polls": 2}}),
+            "concurrency.pacer.trim_polls",
+            "is retired (merged into confirm_polls)",
+        ),
+        (
+            minimal(concurrency={"pacer": {"hold_turnovers": 2.0, "confirm_polls": 0}}),
+            "concurrency.pacer.confirm_polls",
+            "must be in [1, 1000]",
+        ),
         (
             minimal(env=[{"name": "arithmetic", "sampling": {"top_p": 0}}]),
             "env[0].sampling.top_p",

@@ -169,9 +169,17 @@ class Table:
             Table(item, f"{join(self.path, key)}[{i}]", self.errors) for i, item in enumerate(value)
         ]
 
-    def dataclass(self, cls: Callable[..., T], key: str) -> T | None:
-        """A config dataclass of the core from the nested table ``key`` (see ``read_into``)."""
+    def dataclass(
+        self, cls: Callable[..., T], key: str, *, retired: Mapping[str, str] | None = None
+    ) -> T | None:
+        """A config dataclass of the core from the nested table ``key`` (see ``read_into``).
+        ``retired`` names settings an older version read, each with what replaced it: a
+        config that still sets one is told that, not only that the key is unknown."""
         table = self.table(key)
+        for name, successor in (retired or {}).items():
+            if table.has(name):
+                table.raw(name)
+                table.errors.add(join(table.path, name), f"is retired ({successor})")
         made = read_into(cls, table)
         table.finish()
         return made

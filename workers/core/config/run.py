@@ -47,6 +47,7 @@ from workers.core.controller.policies.base import Policy
 from workers.core.controller.policies.fixed import FixedPolicy
 from workers.core.controller.policies.gradient2 import Gradient2Config, Gradient2Policy
 from workers.core.controller.policies.pacer import PacerConfig, PacerPolicy
+from workers.core.controller.policies.pacer_config import RETIRED
 from workers.core.controller.policies.reference import ReferenceConfig, ReferencePolicy
 from workers.core.controller.records import ControllerConfig
 from workers.core.dispatch.breaker import BreakerConfig
@@ -244,7 +245,7 @@ def _concurrency(table: Table) -> ConcurrencySettings | None:
     poll = table.number("poll_interval_s", LoopConfig().poll_period, low=0.001, high=3600.0)
     controller = read_into(ControllerConfig, table)
     pacing = table.dataclass(PacingConfig, "pacing")
-    pacer = table.dataclass(PacerConfig, "pacer")
+    pacer = table.dataclass(PacerConfig, "pacer", retired=RETIRED)
     reference = table.dataclass(ReferenceConfig, "reference")
     gradient2 = table.dataclass(Gradient2Config, "gradient2")
     breaker = table.dataclass(BreakerConfig, "breaker")

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from workers.core.controller.policies.base import PoolView, Proposal, Reading
+from workers.core.controller.policies.pacer_config import PacerConfig
 from workers.core.controller.policies.probe import ThroughputProbe
 from workers.core.controller.policies.reductions import TrimRest, cut_proposal
 from workers.core.controller.policies.signals import Overload, OverloadTracker, overload_figures
 from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, DecisionKind, Signal
 from workers.core.validation import (
-    check_range,
     stored_bool,
     stored_count,
     stored_number,
@@ -23,61 +23,7 @@ from workers.core.validation import (
     stored_usages,
 )
 
-
-@dataclass(frozen=True, slots=True)
-class PacerConfig:
-    """Thresholds of the pacer policy, with the reasoning behind each default."""
-
-    cruise_kv_usage: float = 0.8  # slow start ends here (the reference trims at 0.8)
-    target_kv_usage: float = 0.88  # growth tapers to nothing here; hold up to the trim line
-    max_growth: float = 4.0  # slow start: at most x4 per turnover (the range's top): a pool
-    # that lands on the target after one turnover, KV being measured on young contexts, is
-    # then trimmed by one step, not cut
-    probe_growth: float = 1.05  # above cruise or near a known knee: +5 % per turnover
-    trim_kv_usage: float = 0.92  # trim above this; vLLM preempts only as KV nears 1.0...
-    trim_polls: int = 2  # ...on 2 polls in a row: one poll's KV swings with episode lengths
-    shed_kv_usage: float = 0.97  # cancel only this close to exhaustion: cancelled work is lost
-    trim_hysteresis_polls: int = 3  # half the reference's 6: pacer's trims are smaller
-    queue_ratio: float = 0.5  # reference: capacity queue above 0.5 x running is overload...
-    queue_polls: int = 3  # ...after 3 polls, not 6: a queue that persists 15 s already costs
-    preemption_factor: float = 0.85  # pressure was seen early, so the overshoot is smaller
-    queue_factor: float = 0.9  # reference value
-    escalated_factor: float = 0.6  # milder than the reference's 0.5: the knee memory holds
-    escalation_polls: int = 6  # reference value
-    knee_margin: float = 0.9  # after a cut, growth stops 10 % under the pool that overloaded...
-    knee_memory_turnovers: float = 20.0  # ...until this many turnovers after that cut
-    growth_kv_polls: int = 3  # growth reads the highest KV of 3 polls: one real vLLM scrape
-    # under overload read 0 running and KV 0 with 18 episodes in flight
-    hit_drop: float = 0.8  # prefix-hit rate below 0.8 x its clear baseline...
-    hit_min_kv_usage: float = 0.5  # ...with KV above 0.5 means idle contexts are evicted
-    hit_baseline_weight: float = 0.2  # EWMA weight of a clear poll in the hit-rate baseline
-    eviction_factor: float = 0.9  # an eviction trim takes 10 % off the pool, nothing shed
-    probe_step: float = 0.1  # compare throughput once the pool grew 10 % over the anchor
-    flat_gain: float = 0.3  # under 0.3 x the pool's relative rise, throughput is flat
-    hold_turnovers: float = 2.0  # after a flat probe, hold this many turnovers
-    frontier_growth: float = 1.15  # past the KV target while the probe pays: +15 % a turnover,
-    # over probe_step, so that every epoch of the climb is judged
-
-    def __post_init__(self) -> None:
-        for name in ("cruise_kv_usage", "trim_kv_usage", "shed_kv_usage", "hit_min_kv_usage"):
-            check_range(name, getattr(self, name), 0.01, 1.0)
-        check_range("target_kv_usage", self.target_kv_usage, self.cruise_kv_usage, 1.0)
-        check_range("trim_kv_usage", self.trim_kv_usage, self.target_kv_usage, 1.0)
-        check_range("shed_kv_usage", self.shed_kv_usage, self.trim_kv_usage, 1.0)
-        check_range("max_growth", self.max_growth, 1.0, 4.0)
-        check_range("probe_growth", self.probe_growth, 1.0, self.max_growth)
-        for name in ("preemption_factor", "queue_factor", "escalated_factor", "knee_margin"):
-            check_range(name, getattr(self, name), 0.01, 1.0)
-        for name in ("hit_drop", "hit_baseline_weight", "eviction_factor", "flat_gain"):
-            check_range(name, getattr(self, name), 0.01, 1.0)
-        check_range("queue_ratio", self.queue_ratio, 0.0, 100.0)
-        counts = ("queue_polls", "trim_polls", "trim_hysteresis_polls", "escalation_polls")
-        for name in (*counts, "growth_kv_polls"):
-            check_range(name, getattr(self, name), 1, 1000)
-        check_range("knee_memory_turnovers", self.knee_memory_turnovers, 1.0, 1e6)
-        check_range("probe_step", self.probe_step, 0.01, 10.0)
-        check_range("hold_turnovers", self.hold_turnovers, 0.0, 1000.0)
-        check_range("frontier_growth", self.frontier_growth, 1.0, self.max_growth)
+HOLD_TURNOVERS = 1.0  # after a flat probe, grow again only after one epoch at the frontier
 
 
 class PacerPolicy:
@@ -85,30 +31,31 @@ class PacerPolicy:
 
     Reading, worst wins:
 
-    - HARD: the capacity queue above ``queue_ratio`` x running for ``queue_polls`` polls, or a
-      preemption that no measurement excused (below). Cut to ``queue_factor``
-      (``preemption_factor``) x inflight, shed the excess, and remember the pool size as the knee.
+    - HARD: the capacity queue above ``queue_ratio`` x running for ``confirm_polls`` polls, or a
+      preemption that no measurement excused (below). Cut to ``cut_factor`` x inflight (its
+      cube when it comes within ``escalation_polls`` of a drain release), shed the excess, and
+      remember the pool size as the knee.
     - Past the KV target (KV at or over it, or preempting), the throughput probe decides, not the
       KV line: while the last turnover epoch ran a larger pool and throughput followed, the
       reading is CLEAR (throughput rising) and the cap grows by ``frontier_growth`` a turnover;
       preemptions, KV pressure, a queue and waiting engines are then the price of a fuller
       engine that still pays. The largest pool that paid is the frontier: at or under it,
       preemptions and KV pressure are held, not cut. A flat epoch trims back to the smaller
-      pool that produced as much (nothing shed), which becomes the frontier, and holds
-      ``hold_turnovers``. The frontier is forgotten with the knee, after
+      pool that produced as much (nothing shed), which becomes the frontier, and holds one
+      epoch there (``HOLD_TURNOVERS``). The frontier is forgotten with the knee, after
       ``knee_memory_turnovers``, so a workload that changed must pay again.
-    - SOFT with a trim: KV above ``trim_kv_usage`` for ``trim_polls`` polls, or above
+    - SOFT with a trim: KV above ``trim_kv_usage`` for ``confirm_polls`` polls, or above
       ``shed_kv_usage`` once (cap = inflight x target / usage, the excess shed in the latter
       case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear
-      baseline while KV is above ``hit_min_kv_usage``: idle multi-turn contexts are being
-      evicted, the first step of the cliff (cap = ``eviction_factor`` x inflight, nothing shed;
+      baseline while KV is above ``eviction_kv_usage``: idle multi-turn contexts are being
+      evicted, the first step of the cliff (cap = ``knee_margin`` x inflight, nothing shed;
       the baseline is then relearned, so a workload whose hit rate fell for good costs one trim).
     - SOFT, hold: KV between ``target_kv_usage`` and the trim line (the dead band); the capacity
       queue growing from one poll to the next; an engine waiting on two polls in a row; or a
       throughput probe that found the engines saturated (after its trim).
     - SOFT, knee: for ``knee_memory_turnovers`` after a cut, the cap stops at ``knee_margin``
       x the pool that overloaded (the knee), like TCP's slow-start threshold after a loss.
-    - CLEAR, growth per turnover, on the highest KV usage of the last ``growth_kv_polls``
+    - CLEAR, growth per turnover, on the highest KV usage of the last ``confirm_polls``
       polls with one more episode's share of its engine added: below ``cruise_kv_usage``,
       slow start, target / kv (the pool that puts KV on the target after one turnover), at
       most ``max_growth`` and at least ``probe_growth``;
@@ -132,16 +79,16 @@ class PacerPolicy:
 
     def __init__(self, config: PacerConfig | None = None) -> None:
         self.config = cfg = config or PacerConfig()
-        self._overload = OverloadTracker(queue_ratio=cfg.queue_ratio, queue_polls=cfg.queue_polls)
+        self._overload = OverloadTracker(queue_ratio=cfg.queue_ratio, queue_polls=cfg.confirm_polls)
         self._probe = ThroughputProbe(step=cfg.probe_step, flat_gain=cfg.flat_gain)
         self._queue_before = 0
         self._kv_streak = 0
         self._hit_baseline: float | None = None
         self._knee: float | None = None
         self._knee_turnover = 0.0
-        self._recent_kv: deque[float] = deque(maxlen=cfg.growth_kv_polls)
+        self._recent_kv: deque[float] = deque(maxlen=cfg.confirm_polls)
         self._hold_until: float | None = None
-        self._trim_rest = TrimRest(cfg.trim_hysteresis_polls)
+        self._trim_rest = TrimRest(cfg.confirm_polls)
         self._frontier: float | None = None  # the largest pool shown to pay past the KV target
         self._frontier_turnover = 0.0
         self._settling = False  # a flat epoch trimmed the cap to the frontier; the pool drains
@@ -200,7 +147,7 @@ class PacerPolicy:
         before = probe.anchor  # a flat verdict compares the new epoch with this one
         flat = probe.observe(poll, pool.inflight, pool.turnover)
         if flat and before is not None:
-            self._hold_until = pool.turnover + self.config.hold_turnovers
+            self._hold_until = pool.turnover + HOLD_TURNOVERS
             self._frontier = before.inflight
             self._frontier_turnover = pool.turnover
             self._settling = True
@@ -241,7 +188,7 @@ class PacerPolicy:
             return Signal.SOFT, Cause.FRONTIER
         if evicting:
             return Signal.SOFT, Cause.PREFIX_EVICTION
-        if poll.max_kv_usage > cfg.shed_kv_usage or self._kv_streak >= cfg.trim_polls:
+        if poll.max_kv_usage > cfg.shed_kv_usage or self._kv_streak >= cfg.confirm_polls:
             return Signal.SOFT, Cause.KV_PRESSURE
         if poll.max_kv_usage >= cfg.target_kv_usage:
             return Signal.SOFT, Cause.KV_HIGH
@@ -264,18 +211,20 @@ class PacerPolicy:
         return (
             hit is not None
             and baseline is not None
-            and poll.max_kv_usage > self.config.hit_min_kv_usage
+            and poll.max_kv_usage > self.config.eviction_kv_usage
             and hit < self.config.hit_drop * baseline
         )
 
     def _learn_hit_rate(self, poll: PollSummary) -> None:
+        """The baseline follows clear polls with weight 1 / ``confirm_polls``: a hit rate that
+        held as long as a KV line must is mostly learnt, one odd poll barely moves it."""
         hit = poll.prefix_hit_rate
         if hit is None:
             return
         if self._hit_baseline is None:
             self._hit_baseline = hit
         else:
-            weight = self.config.hit_baseline_weight
+            weight = 1 / self.config.confirm_polls
             self._hit_baseline += weight * (hit - self._hit_baseline)
 
     def _kv_one_more(self, inflight: int, engines: int) -> float:
@@ -314,10 +263,10 @@ class PacerPolicy:
             shed = usage > cfg.shed_kv_usage
             detail = f"inflight {pool.inflight} x {cfg.target_kv_usage} / kv {usage:.3f}"
         else:
-            level = pool.inflight * cfg.eviction_factor
+            level = pool.inflight * cfg.knee_margin
             shed = False
             detail = (
-                f"inflight {pool.inflight} x {cfg.eviction_factor}, prefix hit "
+                f"inflight {pool.inflight} x {cfg.knee_margin}, prefix hit "
                 f"{poll.prefix_hit_rate:.3f} vs baseline {self._hit_baseline:.3f}"
             )
         if level >= pool.level:
@@ -379,9 +328,7 @@ class PacerPolicy:
         self._knee = stored_optional_number(data, "knee", low=0.0)
         self._knee_turnover = stored_number(data, "knee_turnover", low=0.0)
         self._hold_until = stored_optional_number(data, "hold_until", low=0.0)
-        self._recent_kv = deque(
-            stored_usages(data, "recent_kv"), maxlen=self.config.growth_kv_polls
-        )
+        self._recent_kv = deque(stored_usages(data, "recent_kv"), maxlen=self.config.confirm_polls)
         self._trim_rest.since = stored_optional_count(data, "polls_since_trim")
         self._frontier = stored_optional_number(data, "frontier", low=0.0)
         self._frontier_turnover = stored_number(data, "frontier_turnover", low=0.0)
