@@ -243,7 +243,7 @@ def test_the_run_page_hands_its_script_each_engines_newest_join_drain_or_leave()
 
 
 def test_kv_lines_fall_back_to_the_policys_defaults_for_a_config_that_does_not_parse() -> None:
-    assert kv_lines({"bogus": 1}).trim == 0.92 and kv_lines({"bogus": 1}).shed == 0.97
+    assert kv_lines({"bogus": 1}).trim == 0.92 and kv_lines({"bogus": 1}).shed == 0.96
     legacy = {"concurrency": {"policy": "fixed"}, "unknown": True}
     assert (kv_lines(legacy).trim, kv_lines(legacy).shed) == (0.8, 0.9)
 
