@@ -34,7 +34,13 @@ EVENT_KINDS = (
     "engine_leave",
 )
 POOL_KINDS = ("engine_join", "engine_leave")  # an operator's: each names exactly one engine
-COST_FIELDS = ("step_overhead_s", "per_batched_token_s", "per_seq_s", "per_context_token_s")
+COST_FIELDS = (
+    "step_overhead_s",
+    "per_batched_token_s",
+    "per_seq_s",
+    "per_context_token_s",
+    "per_attention_pair_s",
+)
 RUN_KEYS = ("batch_size", "group_size", "max_off_policy_steps", "eval_every", "seed")
 MAX_SECONDS = 86_400.0  # a day of virtual time: far past any benchmark's use
 UPDATE_MODES = ("sync", "rolling")  # the run config's [trainer] updates

@@ -246,7 +246,10 @@ class Engine:
             raise RuntimeError("a step is already running: call end_step first")
         scheduled = self.scheduler.schedule(now)
         end = now + self.cost.step_time(
-            scheduled.num_batched_tokens, scheduled.num_seqs, scheduled.num_context_tokens
+            scheduled.num_batched_tokens,
+            scheduled.num_seqs,
+            scheduled.num_context_tokens,
+            scheduled.num_attention_pairs,
         )
         if scheduled.num_seqs == 0:
             end = now  # nothing ran (at most a preemption): no time passes

@@ -21,6 +21,7 @@ class SchedulerOutput:
     num_batched_tokens: int  # sum of the above: the step's share of the token budget
     num_seqs: int  # requests with at least one token this step
     num_context_tokens: int  # KV tokens the step reads: each scheduled request's context
+    num_attention_pairs: int  # token pairs its prefill chunks attend (cost.chunk_pairs)
     admitted: list[Request]  # moved from waiting to running this step
     preempted: list[Request]  # moved from running back to the head of waiting
 

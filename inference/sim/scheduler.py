@@ -25,6 +25,7 @@ import numpy as np
 
 from inference.sim.batch import RunningBatch
 from inference.sim.config import EngineConfig
+from inference.sim.cost import chunk_pairs
 from inference.sim.kv_manager import KVCacheManager
 from inference.sim.output import SchedulerOutput, SchedulerStats, StepUpdate
 from inference.sim.request import FinishReason, Request, RequestStatus
@@ -92,7 +93,7 @@ class Scheduler:
         """Chooses this step's batch. ``now`` is the step's start (for deferred requests)."""
         if self.pause_state is PauseState.PAUSED_ALL:
             empty = np.zeros(len(self.running), dtype=np.int64)
-            return SchedulerOutput(empty, 0, 0, 0, [], [])
+            return SchedulerOutput(empty, 0, 0, 0, 0, [], [])
         token_budget = self.max_num_batched_tokens
         num_running_tokens, token_budget, preempted = self._schedule_running(token_budget)
         admitted: list[Request] = []
@@ -115,6 +116,7 @@ class Scheduler:
             num_batched_tokens=num_batched,
             num_seqs=num_seqs,
             num_context_tokens=num_context,
+            num_attention_pairs=chunk_pairs(num_scheduled, computed),
             admitted=admitted,
             preempted=preempted,
         )

@@ -116,4 +116,4 @@ RETIRED: dict[str, str] = {
     "probe_step": "derived: two thirds of frontier_growth's rise",
     "hold_turnovers": "fixed at one epoch",
 }
-"""Settings of the 25-threshold pacer (before December 2026), with what replaced each."""
+"""Settings of the 25-threshold pacer, with what replaced each (ten of its settings remain)."""
