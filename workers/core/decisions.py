@@ -47,7 +47,7 @@ class Cause(StrEnum):
     PREFIX_EVICTION = "prefix eviction"  # prefix-cache hit rate fell: idle contexts evicted
     THROUGHPUT_FLAT = "throughput flat"  # a larger pool stopped producing more tokens
     THROUGHPUT_RISING = "throughput rising"  # past the KV target, a larger pool still paid
-    FRONTIER = "frontier"  # preempting or KV-full at a pool shown to pay: held, not cut
+    FRONTIER = "frontier"  # preempting or KV-full at a pool shown to pay: held (under it: regrown)
     LATENCY = "latency"  # per-token latency rose against its long-term level (gradient2)
     KNEE = "knee"  # the cap reached the ceiling under the pool that last overloaded the engines
     DRAINED = "drained"  # the pool drained below the cap after a cut, with no overload

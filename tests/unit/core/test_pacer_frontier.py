@@ -130,5 +130,42 @@ def test_the_frontier_survives_a_restart() -> None:
     # The verdict did not survive (the new worker must earn it), the measured frontier did.
     again = Run(copy)
     again.polls = run.polls
-    reading, proposal = again.poll(115, kv=1.0, preemptions=5)
+    reading, proposal = again.poll(120, kv=1.0, preemptions=5)
     assert (reading.signal, reading.cause, proposal) == (Signal.SOFT, Cause.FRONTIER, None)
+
+
+def test_under_the_frontier_the_cap_grows_back_to_it_through_preemptions() -> None:
+    run = paid_climb()
+    run.epoch(125, 1250, kv=0.5)  # not judged: the verdict lapses, the frontier stays at 120
+    reading, proposal = run.poll(110, kv=1.0, preemptions=5)
+    assert (reading.signal, reading.cause, proposal) == (Signal.CLEAR, Cause.FRONTIER, None)
+    assert reading.growth == pytest.approx(PacerConfig().frontier_growth)
+    assert reading.ceiling == pytest.approx(120.0)
+
+
+def cut_from(inflight: int) -> Run:
+    """An epoch at ``inflight``, then a preemption that no verdict excuses: a cut."""
+    run = Run()
+    run.epoch(inflight, 1000, kv=0.5)
+    _, proposal = run.poll(inflight, kv=1.0, preemptions=5)
+    assert proposal is not None and proposal.kind is DecisionKind.CUT
+    return run
+
+
+def test_a_cut_that_cost_throughput_in_proportion_drops_its_knee_for_a_frontier() -> None:
+    run = cut_from(100)
+    # The cut's epoch: 15 % fewer in flight for most of it and 10 % fewer tokens a poll, so
+    # the pool fell 13 % and throughput 8 %: the larger pool paid.
+    readings = [run.poll(85, tokens=900, kv=0.9)[0] for _ in range(3)]
+    assert "knee" in readings[-2].figures
+    assert "knee" not in readings[-1].figures
+    assert readings[-1].figures["frontier"] == pytest.approx(100.0)
+    assert (readings[-1].signal, readings[-1].cause) == (Signal.CLEAR, Cause.FRONTIER)
+    assert readings[-1].ceiling == pytest.approx(100.0)
+
+
+def test_a_cut_that_cost_nothing_keeps_its_knee() -> None:
+    run = cut_from(100)
+    readings = [run.poll(85, tokens=1000, kv=0.9)[0] for _ in range(3)]  # as many tokens
+    assert readings[-1].figures["knee"] == pytest.approx(100.0)
+    assert "frontier" not in readings[-1].figures

@@ -59,6 +59,28 @@ def test_a_smaller_pool_resets_the_anchor() -> None:
     assert probe.anchor.inflight == 80
 
 
+@pytest.mark.parametrize(
+    ("smaller", "larger_paid"),
+    [
+        ((80, 900), True),  # 20 % fewer episodes and 10 % fewer tokens: the larger pool paid
+        ((80, 980), False),  # 2 % fewer tokens for 20 % fewer episodes: it bought little
+        ((95, 800), False),  # 5 % fewer episodes: under the step, no verdict either way
+    ],
+)
+def test_a_smaller_pool_that_lost_throughput_in_proportion_shows_the_larger_paid(
+    smaller: tuple[int, int], larger_paid: bool
+) -> None:
+    probe = ThroughputProbe(step=0.1, flat_gain=0.3)
+    assert feed(probe, [(100, 1000), smaller]) == [False, False]
+    assert probe.larger_paid == (EpochRate(100.0, 1000 * 4 / 20.0) if larger_paid else None)
+    assert not probe.paid
+    inflight, tokens = smaller
+    for k in range(1, 5):  # the next epoch closes: the verdict is one epoch old at most
+        summary = PollSummary.from_samples([sample(tokens=tokens)], 40.0 + 5.0 * k)
+        probe.observe(summary, inflight, 2 + k / 4)
+    assert probe.larger_paid is None
+
+
 def test_the_anchor_survives_a_restart_and_judges_the_next_epoch() -> None:
     probe = ThroughputProbe(step=0.1, flat_gain=0.3)
     feed(probe, [(100, 1000)])

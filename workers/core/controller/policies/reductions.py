@@ -44,7 +44,7 @@ def cut_proposal(
     else:
         factor = settings.queue_factor
     tracker.forget_queue()
-    detail = f"inflight {pool.inflight} x {factor}" + (" (escalated)" if escalated else "")
+    detail = f"inflight {pool.inflight} x {factor:.3g}" + (" (escalated)" if escalated else "")
     return Proposal(DecisionKind.CUT, factor * pool.inflight, True, overload.hard_cause, detail)
 
 
