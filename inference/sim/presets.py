@@ -5,7 +5,11 @@
     stream the 16 GB of weights once at ~3 TB/s; a batched token costs ~30 us of dense matmul
     (~33k tokens/s prefill ceiling); each token of context read costs its 128 KiB of KV at
     ~3 TB/s (~43 ns); ~20 us per sequence covers sampling and output handling. With 256
-    sequences at 2k context a decode step takes ~40 ms (~6k tokens/s). The ~450k-token KV cache
+    sequences at 2k context a decode step takes ~40 ms (~6k tokens/s). A prefill chunk's
+    token pair (one token attending one before it) costs ~1 ns: 4 x 4096 x 32 FLOPs of QK and
+    AV over the layers at ~5e14 FLOP/s, so recomputing a preempted 24k-token context costs
+    0.29 s of attention on top of its 0.72 s of matmuls, where a linear model saw only the
+    latter. The ~450k-token KV cache
     is what 80 GB leaves after weights and activations at 90% memory use.
 
 ``cpu-tiny``
@@ -16,7 +20,11 @@
     pressure) and 1,730-2,150 under preemption at 8-64; this preset gives 459-467, 831-859,
     1,448-1,486 and 1,745-1,800. A decode step is ~2 ms of Python and kernel-launch overhead
     whatever the batch (the model is tiny), plus ~0.12 ms a sequence; a re-prefill after a
-    preemption costs ~15 us a token.
+    preemption costs ~15 us a token. It has no attention term: ``python -m
+    bench.prefill_attention`` timed single prefills of 128 to 4,000 tokens at 5.3 to 51.5 ms,
+    all under this preset's 15 us a token (61 ms at 4,000), so the linear term fitted on the
+    ladder already covers them (a fit of the prefills alone gives 4.9e-9 s a pair and no
+    per-token term; adding that pair term here would count the same time twice).
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ PRESETS: dict[str, Preset] = {
                 per_batched_token_s=3e-5,
                 per_seq_s=2e-5,
                 per_context_token_s=4.3e-8,
+                per_attention_pair_s=1e-9,
             ),
             kv_tokens=450_000,
             block_size=16,
