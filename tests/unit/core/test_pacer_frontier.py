@@ -164,6 +164,15 @@ def test_a_cut_that_cost_throughput_in_proportion_drops_its_knee_for_a_frontier(
     assert readings[-1].ceiling == pytest.approx(100.0)
 
 
+def test_a_cut_to_a_pool_that_leaves_the_cache_short_keeps_its_knee() -> None:
+    run = cut_from(100)
+    # As much lost as above, but the smaller pool left the cache at 60 %: it produced less
+    # for want of episodes, which says nothing about what the preemptions cost.
+    readings = [run.poll(85, tokens=900, kv=0.6)[0] for _ in range(3)]
+    assert readings[-1].figures["knee"] == pytest.approx(100.0)
+    assert "frontier" not in readings[-1].figures
+
+
 def test_a_cut_that_cost_nothing_keeps_its_knee() -> None:
     run = cut_from(100)
     readings = [run.poll(85, tokens=1000, kv=0.9)[0] for _ in range(3)]  # as many tokens

@@ -45,10 +45,11 @@ class PacerPolicy:
       pool that produced as much (nothing shed), which becomes the frontier, and holds one
       epoch there (``HOLD_TURNOVERS``). Under the frontier the cap grows back to it by
       ``frontier_growth`` a turnover, through the price. A cut whose smaller pool then lost
-      throughput in proportion (the probe's ``larger_paid``) shows the pool it cut paid: that
-      pool becomes the frontier and the cut's knee is dropped, so a policy that braked on
-      cheap preemptions before the probe had a verdict climbs back. The frontier is forgotten
-      with the knee, after ``knee_memory_turnovers``, so a workload that changed must pay again.
+      throughput in proportion (the probe's ``larger_paid``) with KV still at the target shows
+      the pool it cut paid: that pool becomes the frontier and the cut's knee is dropped, so a
+      policy that braked on cheap preemptions before the probe had a verdict climbs back. The
+      frontier is forgotten with the knee, after ``knee_memory_turnovers``, so a workload that
+      changed must pay again.
     - SOFT with a trim: KV above ``trim_kv_usage`` for ``confirm_polls`` polls, or above
       ``shed_kv_usage`` once (cap = inflight x target / usage, the excess shed in the latter
       case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear
@@ -162,10 +163,16 @@ class PacerPolicy:
         elif probe.paid and probe.anchor is not None and probe.anchor is not before:
             self._frontier = max(self._frontier or 0.0, probe.anchor.inflight)
             self._frontier_turnover = pool.turnover
-        elif probe.larger_paid is not None and self._knee is not None:
-            # A cut shrank the pool and throughput fell with it: the preemptions or the queue
-            # it answered cost less than the episodes it took away. The pool before the cut
-            # is a frontier, and the knee it set is wrong.
+        elif (
+            probe.larger_paid is not None
+            and self._knee is not None
+            and poll.max_kv_usage >= self.config.target_kv_usage
+        ):
+            # A cut shrank the pool and throughput fell with it, though the smaller pool still
+            # filled the cache to the target: the preemptions or the queue the cut answered
+            # cost less than the episodes it took away, so the pool before it is a frontier
+            # and its knee is wrong. (A smaller pool that left the cache short would produce
+            # less anyway, and says nothing about what preempting costs.)
             self._knee = None
             self._frontier = max(self._frontier or 0.0, probe.larger_paid.inflight)
             self._frontier_turnover = pool.turnover
