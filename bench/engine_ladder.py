@@ -36,15 +36,11 @@ from pathlib import Path
 
 import httpx
 
-from bench.vllm_engine import SERVED, running_vllm
+from bench.vllm_engine import one_engine_loop, running_vllm
 from inference.engine_http import engine_http_client, rollout_session
 from inference.metrics.client import MetricsClient
-from inference.metrics.endpoints import EngineSpec
-from inference.metrics.monitor import EngineMonitor
 from inference.record_metrics import sample_value
-from inference.rollout_client import RolloutClient
 from workers.core.clock import MonotonicClock
-from workers.core.control_loop import ControlLoop, LoopConfig
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.policies.base import Policy
 from workers.core.controller.policies.fixed import FixedPolicy
@@ -52,9 +48,8 @@ from workers.core.controller.policies.pacer import PacerPolicy
 from workers.core.controller.policies.reference import ReferencePolicy
 from workers.core.controller.records import ControllerConfig
 from workers.core.decisions import DecisionKind
-from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
+from workers.core.dispatch.episodes import FinishedEpisode
 from workers.core.dispatch.pacing import PacingConfig
-from workers.core.dispatch.permits import EpisodeKind
 from workers.core.dispatch.records import DispatcherConfig
 from workers.core.samples import LoadSample
 from workers.core.turns import Turn, TurnResult
@@ -142,32 +137,25 @@ async def one_run(
         rollout_session(max_connections=2 * MAX_INFLIGHT) as session,
         MetricsClient(engine_http_client(max_connections=1)) as metrics,
     ):
-        rollout = RolloutClient(session, base_url=url, model=SERVED)
-        monitor = EngineMonitor([EngineSpec("e0", url)], metrics, clock)
 
-        async def poll() -> tuple[LoadSample, ...]:
+        def count(samples: tuple[LoadSample, ...]) -> None:
             nonlocal preemptions
-            samples = (await monitor.poll()).samples
             preemptions += sum(s.num_preemptions for s in samples)
-            return samples
 
-        async def run_episode(ticket: EpisodeTicket[int], engine_id: str) -> TurnResult:
-            return await rollout.complete(turn_for(ticket.payload))
-
-        loop: ControlLoop[int, TurnResult] = ControlLoop(
-            controller=controller,
-            poll=poll,
-            run_episode=run_episode,
-            clock=clock,
-            engines=["e0"],
-            config=LoopConfig(poll_period=POLL_S),
+        loop = one_engine_loop(
+            url,
+            controller,
+            clock,
+            session,
+            metrics,
+            turn_for=turn_for,
+            episodes=range(first_episode, first_episode + EPISODES_PER_RUN),
+            group_size=GROUP_SIZE,
+            poll_period=POLL_S,
             dispatcher_config=DISPATCH,
+            on_samples=count,
             on_finished=finished.append,
         )
-        for group in range(EPISODES_PER_RUN // GROUP_SIZE):
-            first = first_episode + group * GROUP_SIZE
-            episodes = tuple(range(first, first + GROUP_SIZE))
-            loop.dispatcher.submit(GroupSpec(f"g{group}", EpisodeKind.TRAIN, "load", 0, episodes))
         async with loop:
             start = clock.now()
             await asyncio.sleep(seconds)

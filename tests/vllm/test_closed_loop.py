@@ -32,16 +32,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.vllm_engine import one_engine_loop
 from inference.engine_http import engine_http_client, rollout_session
 from inference.metrics.client import MetricsClient
-from inference.metrics.endpoints import EngineSpec
 from inference.metrics.health import HealthConfig
-from inference.metrics.monitor import EngineMonitor, MonitorConfig
+from inference.metrics.monitor import MonitorConfig
 from inference.record_metrics import sample_value
 from inference.rollout_client import RolloutClient
 from tests.vllm.conftest import SERVED_MODEL, Engine, running_engine
 from workers.core.clock import MonotonicClock
-from workers.core.control_loop import ControlLoop, EpisodeFailed, LoopConfig
+from workers.core.control_loop import EpisodeFailed
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.policies.base import Policy
 from workers.core.controller.policies.fixed import FixedPolicy
@@ -49,9 +49,9 @@ from workers.core.controller.policies.pacer import PacerPolicy
 from workers.core.controller.policies.reference import ReferencePolicy
 from workers.core.controller.records import ControllerConfig
 from workers.core.decisions import Cause, Decision, DecisionKind
-from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, GroupSpec
+from workers.core.dispatch.episodes import FinishedEpisode
 from workers.core.dispatch.pacing import PacingConfig
-from workers.core.dispatch.permits import EpisodeKind, PermitOutcome
+from workers.core.dispatch.permits import PermitOutcome
 from workers.core.dispatch.records import DispatcherConfig
 from workers.core.samples import LoadSample
 from workers.core.turns import Turn, TurnResult
@@ -149,32 +149,23 @@ async def closed_loop(
         rollout_session(max_connections=4 * FIXED_CAP) as session,
         MetricsClient(engine_http_client(max_connections=1)) as metrics,
     ):
-        rollout = RolloutClient(session, base_url=engine.url, model=SERVED_MODEL)
-        monitor = EngineMonitor([EngineSpec("e0", engine.url)], metrics, clock, MONITOR)
-
-        async def poll() -> tuple[LoadSample, ...]:
-            samples = (await monitor.poll()).samples
-            run.samples += samples
-            return samples
-
-        async def run_episode(ticket: EpisodeTicket[int], engine_id: str) -> TurnResult:
-            return await rollout.complete(turn_for(ticket.payload))
-
-        loop: ControlLoop[int, TurnResult] = ControlLoop(
-            controller=controller,
-            poll=poll,
-            run_episode=run_episode,
-            clock=clock,
-            engines=["e0"],
-            config=LoopConfig(poll_period=POLL_S),
-            dispatcher_config=DISPATCH,
-            on_finished=run.finished.append,
-        )
         # More episodes than the engine can finish before the time limit; unstarted ones
         # are dropped when the loop closes.
-        for group in range(2000):
-            episodes = tuple(range(group * GROUP_SIZE, (group + 1) * GROUP_SIZE))
-            loop.dispatcher.submit(GroupSpec(f"g{group}", EpisodeKind.TRAIN, "load", 0, episodes))
+        loop = one_engine_loop(
+            engine.url,
+            controller,
+            clock,
+            session,
+            metrics,
+            turn_for=turn_for,
+            episodes=range(2000 * GROUP_SIZE),
+            group_size=GROUP_SIZE,
+            poll_period=POLL_S,
+            dispatcher_config=DISPATCH,
+            on_samples=run.samples.extend,
+            on_finished=run.finished.append,
+            monitor_config=MONITOR,
+        )
         run.started_at = clock.now()
         async with loop:
             while not done(run, clock.now()) and clock.now() - run.started_at < RUN_TIMEOUT_S:
