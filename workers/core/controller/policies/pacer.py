@@ -167,12 +167,15 @@ class PacerPolicy:
             probe.larger_paid is not None
             and self._knee is not None
             and poll.max_kv_usage >= self.config.target_kv_usage
+            and poll.waiting_capacity == 0
         ):
             # A cut shrank the pool and throughput fell with it, though the smaller pool still
             # filled the cache to the target: the preemptions or the queue the cut answered
             # cost less than the episodes it took away, so the pool before it is a frontier
             # and its knee is wrong. (A smaller pool that left the cache short would produce
-            # less anyway, and says nothing about what preempting costs.)
+            # less anyway, and one still queueing for capacity runs the engine as full as the
+            # larger did, so a difference between them is noise: neither says what
+            # preempting costs.)
             self._knee = None
             self._frontier = max(self._frontier or 0.0, probe.larger_paid.inflight)
             self._frontier_turnover = pool.turnover
