@@ -126,8 +126,13 @@ def stack_database(kind: str, folder: Path) -> Iterator[str]:
 
 @contextlib.contextmanager
 def pacer_stack(
-    engines: int = 2, worker_concurrency: int = 2, database: str = "postgresql", **env: str
+    engines: int = 2,
+    worker_concurrency: int = 2,
+    database: str = "postgresql",
+    engine_args: tuple[str, ...] = (),
+    **env: str,
 ) -> Iterator[Stack]:
+    """The stack, up and answering; ``engine_args`` go to every simulated engine's command."""
     tag = uuid.uuid4().hex[:8]
     with (
         tempfile.TemporaryDirectory() as folder,
@@ -154,7 +159,7 @@ def pacer_stack(
                 port = free_port()
                 stack.start(
                     f"sim-{index}", str(BIN / "python"), "-m", "inference.sim",
-                    "--port", str(port), "--seed", str(index + 1),
+                    "--port", str(port), "--seed", str(index + 1), *engine_args,
                 )  # fmt: skip
                 stack.engine_urls.append(f"http://127.0.0.1:{port}")
             port = free_port()

@@ -22,7 +22,9 @@ the output defines them:
   held in the minute before it (the ceilings are handed back at the others' next
   arbitration; taking the share up is their controllers' growth);
 - pool tokens/s: completed-episode tokens per second of every run over the window in which
-  all of them run, against the better single run on the same engines over that window.
+  all of them run, against the better single run on the same engines over that window, and
+  against the runs' own rates alone averaged by share (what a fair split of unlike runs can
+  deliver: half the KV cache given to a run that makes fewer tokens of it costs tokens).
 """
 
 from __future__ import annotations
@@ -296,10 +298,14 @@ def _throughput(pool: PoolWorkload, shared: PoolOutcome, alone: list[PoolOutcome
     singles = [(_rate(o, start, end), run) for o, run in zip(alone, pool.runs, strict=True)]
     best, best_run = max(singles, key=lambda pair: pair[0])
     ratio = together / best if best else 0.0
+    weights = sum(run.share for _, run in singles)
+    mixed = sum(rate * run.share for rate, run in singles) / weights
+    each = " / ".join(f"{rate:,.0f}" for rate, _ in singles)
     return (
         f"pool tokens/s from {start:g} s to {end:g} s (every run running): {together:,.0f}; "
         f"the better single run on the same engines (run {best_run.run_id} alone): "
-        f"{best:,.0f}; ratio {ratio:.3f}"
+        f"{best:,.0f}; ratio {ratio:.3f}; each run alone {each}, their mean by share "
+        f"{mixed:,.0f} (ratio {together / mixed if mixed else 0.0:.3f})"
     )
 
 

@@ -95,7 +95,8 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
     points: list[PoolPoint] = []
 
     async def exchange(claim: Claim) -> list[Claim]:
-        claims[claim.run_id] = claim
+        since = claims[claim.run_id].since if claim.run_id in claims else clock.now()
+        claims[claim.run_id] = dataclasses.replace(claim, since=since)
         return list(claims.values())
 
     def start(run: PoolRun) -> None:
@@ -123,7 +124,7 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
     def end(run: PoolRun) -> None:
         ended = live[run.run_id]
         ended.completed_tokens = ended.hosted.recorder.completed_tokens
-        ended.arbiter.cancel()
+        _stop(ended.arbiter)
         claims.pop(run.run_id, None)
         ended.hosted.orchestrator.stop("the run's end_s")
 
@@ -150,7 +151,7 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
     for one in live.values():
         if one.completed_tokens is None:
             one.completed_tokens = one.hosted.recorder.completed_tokens
-            one.arbiter.cancel()
+            _stop(one.arbiter)
             one.hosted.orchestrator.stop("benchmark horizon")
     for one in live.values():
         await driver.wind_down(one.task)
@@ -165,6 +166,13 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
         completed_tokens={run_id: one.completed_tokens or 0 for run_id, one in live.items()},
         kv_tokens=sum(e.virtual.engine.config.kv_capacity_tokens for e in serving),
     )
+
+
+def _stop(arbiter: asyncio.Task[None]) -> None:
+    """End a run's sharing loop; one that died of an error fails the benchmark with it."""
+    if arbiter.done() and not arbiter.cancelled() and arbiter.exception() is not None:
+        raise RuntimeError("a run's sharing loop failed") from arbiter.exception()
+    arbiter.cancel()
 
 
 async def _every(taker: ShareTaker, clock: ManualClock, period_s: float) -> None:

@@ -384,7 +384,7 @@ class PoolClaimQuerySet(models.QuerySet["PoolClaim"]):
 
 class PoolClaim(models.Model):
     """What a hosted run states for the engines it may share with other runs
-    (``workers.core.sharing``): written by its host at every poll, read by every host whose
+    (``workers.core.sharing``): written by its host at every look, read by every host whose
     run shares an engine with it. A claim not renewed within a lease's life is not counted."""
 
     run = models.OneToOneField(
@@ -395,11 +395,12 @@ class PoolClaim(models.Model):
     priority = models.IntegerField()
     demand = models.PositiveIntegerField()  # episodes it would run now (sharing.Claim)
     inflight = models.PositiveIntegerField()  # its episodes in flight
-    loaded = models.BooleanField()  # the run's controller did not read the engines clear
-    overloaded = models.BooleanField(default=False)  # ...and read them hard (a preemption)
-    queued = models.PositiveIntegerField(default=0)  # requests its engines queue (anyone's)
-    ceiling = models.PositiveIntegerField(null=True, blank=True)  # in force; None: no sharing
-    capacity = models.PositiveIntegerField(null=True, blank=True)  # the pool's it was cut from
+    max_inflight = models.PositiveIntegerField()  # the most it may hold
+    level = models.FloatField()  # the pool's level as its controller holds it
+    ceiling = models.PositiveIntegerField(null=True, blank=True)  # its part; None: alone
+    footprint = models.FloatField(null=True, blank=True)  # KV tokens one episode holds
+    owner = models.CharField(max_length=200)  # the host that wrote it (its lease's owner)
+    since = models.DateTimeField()  # when that host first wrote it: the longest leads
     updated_at = models.DateTimeField()
 
     objects = PoolClaimQuerySet.as_manager()
@@ -415,9 +416,9 @@ class PoolClaim(models.Model):
             priority=self.priority,
             demand=self.demand,
             inflight=self.inflight,
-            loaded=self.loaded,
+            max_inflight=self.max_inflight,
+            level=self.level,
+            since=self.since.timestamp(),
             ceiling=self.ceiling,
-            capacity=self.capacity,
-            queued=self.queued,
-            overloaded=self.overloaded,
+            footprint=self.footprint,
         )

@@ -28,7 +28,7 @@ from controlplane.runs.models import (
     StepRecord,
 )
 from workers.core.controller.records import ControllerConfig
-from workers.core.sharing import pool_of
+from workers.core.sharing import leader_of, pool_of
 
 ACTIVE = (RunState.QUEUED, RunState.RUNNING, RunState.STOPPING, RunState.PAUSED)
 HOSTED = (RunState.RUNNING, RunState.STOPPING)
@@ -355,7 +355,8 @@ class PoolView:
     """Runs that share engines, as their claims say now (``workers.core.sharing``)."""
 
     engines: list[str]  # every engine a run of the pool claims, sorted
-    capacity: int | None  # the largest capacity its runs' ceilings were cut from
+    level: int  # the pool's in-flight level: its leader's
+    leader: int  # the run whose controller sizes the pool
     runs: list[PoolClaim]  # with ``run`` loaded, by run id
 
 
@@ -373,8 +374,10 @@ def pool_list() -> list[PoolView]:
 
 
 def _pool_view(found: list[PoolClaim]) -> PoolView:
+    leader = leader_of([row.as_claim() for row in found])
     return PoolView(
         engines=sorted({url for row in found for url in row.engines}),
-        capacity=max((row.capacity for row in found if row.capacity), default=None),
+        level=int(leader.level),
+        leader=leader.run_id,
         runs=found,
     )

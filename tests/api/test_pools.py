@@ -20,11 +20,12 @@ E0, E1, E2 = "http://127.0.0.1:8001", "http://127.0.0.1:8002", "http://127.0.0.1
 
 
 def claim(run: Run, engines: list[str], *, age_s: float = 1.0, **fields: Any) -> PoolClaim:
-    values: dict[str, Any] = dict(
-        weight=1.0, priority=0, demand=100, inflight=50, loaded=True, ceiling=None, capacity=None
-    )
-    values.update(fields)
     updated_at = timezone.now() - timedelta(seconds=age_s)
+    values: dict[str, Any] = dict(
+        weight=1.0, priority=0, demand=100, inflight=50, max_inflight=500, level=100.0,
+        ceiling=None, owner="host", since=updated_at - timedelta(minutes=5),
+    )  # fmt: skip
+    values.update(fields)
     return PoolClaim.objects.create(run=run, engines=engines, updated_at=updated_at, **values)
 
 
@@ -37,8 +38,10 @@ def test_pools_group_runs_on_overlapping_engines_and_leave_out_claims_that_do_no
 ) -> None:
     first = make_run(name="train")
     second = make_run(RunState.STOPPING, name="eval")
-    claim(first, [E0, E1], weight=2.0, priority=1, inflight=140, ceiling=200, capacity=300)
-    claim(second, [E1], demand=80, inflight=60, ceiling=100, capacity=290)
+    long_ago = timezone.now() - timedelta(hours=1)
+    claim(first, [E0, E1], weight=2.0, priority=1, inflight=140, ceiling=200, level=290.0)
+    claim(second, [E1], demand=80, inflight=60, ceiling=100, level=300.4, since=long_ago,
+          footprint=640.5)  # fmt: skip
     claim(make_run(name="alone"), [E2], ceiling=None)
     stale = make_run(name="stale")
     claim(stale, [E0], age_s=CLAIM_TTL_S + 5, ceiling=50)
@@ -48,7 +51,8 @@ def test_pools_group_runs_on_overlapping_engines_and_leave_out_claims_that_do_no
     answer = viewer_client.get("/api/pools/")
     assert answer.status_code == 200, answer.content
     (pool,) = answer.json()
-    assert (pool["engines"], pool["capacity"]) == ([E0, E1], 300)
+    # the eval run was hosted first: its controller sizes the pool, at its level
+    assert (pool["engines"], pool["level"], pool["leader"]) == ([E0, E1], 300, second.pk)
     runs = [
         (r["id"], r["name"], r["weight"], r["priority"], r["demand"], r["inflight"], r["ceiling"])
         for r in pool["runs"]
@@ -57,6 +61,7 @@ def test_pools_group_runs_on_overlapping_engines_and_leave_out_claims_that_do_no
         (first.pk, "train", 2.0, 1, 100, 140, 200),
         (second.pk, "eval", 1.0, 0, 80, 60, 100),
     ]
+    assert [r["footprint"] for r in pool["runs"]] == [None, 640.5]
     assert all(r["updated_at"] for r in pool["runs"])
 
 
@@ -69,7 +74,7 @@ def test_runs_on_engines_that_do_not_overlap_are_separate_pools(viewer_client: A
     pools = viewer_client.get("/api/pools/").json()
     assert [[r["id"] for r in p["runs"]] for p in pools] == [[a.pk, b.pk], [c.pk, d.pk]]
     assert [p["engines"] for p in pools] == [[E0], [E1, E2]]
-    assert [p["capacity"] for p in pools] == [None, None]
+    assert [p["leader"] for p in pools] == [a.pk, c.pk]  # each hosted first in its pool
 
 
 def test_no_pool_is_an_empty_list_and_signing_in_is_needed(

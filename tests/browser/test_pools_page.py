@@ -1,6 +1,7 @@
 """Runs that share engines, on the dashboard: the Pools page says what a pool is while there
 is none, then lists two running runs' pool (from their claims, made in the database as their
-hosts would write them) with each one's ceiling and part of the pool; a run's page draws its
+hosts would write them) with the run that sizes it, each one's part of the pool and the KV
+one of its episodes holds; a run's page draws its
 ceiling on the cap chart from its share decisions, and an operator changes its share and
 priority there (the command stored, the config changed with it). A viewer has no form."""
 
@@ -24,6 +25,7 @@ CAPACITY = 300
 # Each run's weight, and its ceiling at the pool's first split (above what either held: the
 # caps stay under it) and at the next one, by weight.
 RUNS = {"train": (1.5, 200, 180), "eval": (1.0, 200, 120)}
+FOOTPRINTS = {"train": 812.4, "eval": None}  # KV tokens per episode; eval has not measured yet
 
 
 @pytest.fixture
@@ -44,7 +46,9 @@ def sharing_runs(stack: Stack, db_access: None) -> Iterator[list[Run]]:
         )  # fmt: skip
         PoolClaim.objects.create(
             run=run, engines=engines, weight=weight, priority=0, demand=CAPACITY,
-            inflight=second - 10, loaded=True, ceiling=second, capacity=CAPACITY, updated_at=now,
+            inflight=second - 10, max_inflight=CAPACITY, level=CAPACITY, ceiling=second,
+            footprint=FOOTPRINTS[name], owner="elsewhere", since=now - timedelta(seconds=60 - len(runs)),
+            updated_at=now,
         )  # fmt: skip
         for ago_s, before, after, ceiling in ((60, 100, 150, first), (20, 150, second, second)):
             Decision.objects.create(
@@ -83,7 +87,11 @@ def test_two_sharing_runs_show_in_one_pool_and_an_operator_changes_a_share(
         card = page.locator("section.pool")
         expect(card).to_have_count(1)
         expect(card.locator("h2")).to_contain_text(stack.engines[0].url.split("//")[1])
-        expect(card.locator(".capacity")).to_have_text(str(CAPACITY))
+        expect(card.locator(".level")).to_have_text(str(CAPACITY))
+        leader = card.locator("tr[data-leader]")  # train was hosted first: it sizes the pool
+        expect(leader).to_have_attribute("data-run", str(sharing_runs[0].pk))
+        expect(leader).to_contain_text("sizes the pool")
+        expect(card.locator("td.footprint")).to_have_text(["812", "\u2013"])
         for run, (_, _, ceiling) in zip(sharing_runs, RUNS.values(), strict=True):
             row = card.locator(f"tr[data-run='{run.pk}']")
             expect(row.locator("td.ceiling")).to_have_text(str(ceiling))

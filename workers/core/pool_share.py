@@ -1,11 +1,11 @@
 """A run's part in the pool of engines it shares, wherever the claims are exchanged.
 
-At every arbitration the run states its claim, built from its orchestrator and controller
-as they are now, hands it to an injected ``exchange`` (the runtime's goes through the
-database so that runs on different workers see each other; the virtual benchmark's is a
-dict), computes its own share of what comes back with the rule every run uses
-(``workers.core.sharing``) and gives the ceiling to its controller. One class for both, so
-the benchmark measures the claims and ceilings the runtime states and applies.
+At every look the run states its claim, built from its orchestrator and controller as they
+are now, hands it to an injected ``exchange`` (the runtime's goes through the database so that
+runs on different workers see each other; the virtual benchmark's is a dict), computes its own
+part of what comes back with the rule every run uses (``workers.core.sharing``) and gives it to
+its controller. One class for both, so the benchmark measures the claims and parts the runtime
+states and applies.
 """
 
 from __future__ import annotations
@@ -16,16 +16,18 @@ from urllib.parse import urlsplit
 from workers.core.clock import Clock
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.observe import ObserveOnly
-from workers.core.decisions import Cause, Decision, DecisionKind, Signal
+from workers.core.controller.pool_part import PoolPart
+from workers.core.decisions import Cause, Decision, DecisionKind
 from workers.core.orchestrator.orchestrator import Orchestrator
 from workers.core.sharing import Claim, Share, arbitrate
 
-# Writes this run's claim and returns every live claim of the runs exchanging, its own included.
+# Writes this run's claim and returns every live claim of the runs exchanging, its own
+# included, each stamped with when the exchange first saw its run's current host (``since``).
 Exchange = Callable[[Claim], Awaitable[list[Claim]]]
 
 
 class ShareTaker:
-    """Builds the run's claim, exchanges it, and applies the run's ceiling as decisions."""
+    """Builds the run's claim, exchanges it, and gives the run's part to its controller."""
 
     def __init__(
         self,
@@ -49,53 +51,59 @@ class ShareTaker:
         self._engine_urls = engine_urls  # the run's engines now: they join and leave
         self._exchange = exchange
         self._clock = clock
-        self._capacity: int | None = None
-        self._runs: tuple[int, ...] = ()  # the runs in the pool at the last share taken
-        self._members: frozenset[int] = frozenset()  # the runs in the pool at the last look
+        self._last: Share | None = None  # the part taken at the last look
 
     def claim(self) -> Claim:
-        """What the run states now: its demand is its max_inflight while hungry (the
-        orchestrator keeps only a group beyond its cap queued, so its queue says nothing),
-        else its cap."""
-        dispatcher = self._orchestrator.loop.dispatcher
-        stats = self._controller.make_stats(self._clock.now())
+        """What the run states now (see ``demand``)."""
+        controller = self._controller
         return Claim(
             run_id=self.run_id,
             engines=self._engine_urls(),
             weight=self._weight,
             priority=self._priority,
-            demand=self._max_inflight if self._orchestrator.hungry else dispatcher.cap,
-            inflight=dispatcher.inflight,
-            loaded=stats.signal is not Signal.CLEAR,
-            ceiling=self._controller.ceiling,
-            capacity=self._capacity,
-            queued=stats.engine_waiting,
-            overloaded=stats.signal is Signal.HARD,
+            demand=self.demand(),
+            inflight=self._orchestrator.loop.dispatcher.inflight,
+            max_inflight=self._max_inflight,
+            level=controller.level,
+            ceiling=controller.ceiling,
+            footprint=self._orchestrator.footprint.tokens,
         )
 
+    def demand(self) -> int:
+        """Episodes the run has to run now: its ``max_inflight`` while it would take more;
+        what it holds while its trainer holds it back or it is stopping (the rest of its part
+        is lent); its cap while an operator's pin holds it there."""
+        if self._controller.make_stats(self._clock.now()).pinned_for is not None:
+            return self._controller.cap
+        if self._orchestrator.hungry:
+            return self._max_inflight
+        return max(1, self._orchestrator.loop.dispatcher.inflight)
+
     async def arbitrate(self) -> Share | None:
-        """One arbitration: the claim exchanged, the ceiling given to the controller (a
-        change is a ``share`` decision, commanded through the run's control loop)."""
+        """One look: the claim exchanged, the run's part given to its controller (a change is
+        a ``share`` decision, commanded through the run's control loop)."""
         found = await self._exchange(self.claim())
         share = arbitrate(self.run_id, found)
-        members = frozenset(() if share is None else share.runs)
-        if self._members - members:
-            self._controller.neighbour_left()
-        self._members = members
-        if share is None:
-            self._controller.set_neighbours(0)
-        else:
-            self._controller.set_neighbours(share.others, over=share.others_over)
-        before = self._controller.ceiling
-        ceiling = None if share is None else share.ceiling
-        decisions = self._controller.set_ceiling(
-            ceiling, now=self._clock.now(), detail=self._detail(share, before, ceiling, found)
-        )
-        self._capacity = None if share is None else share.capacity
-        if decisions:
-            self._runs = () if share is None else share.runs
+        part = None
+        if share is not None:
+            part = PoolPart(
+                fraction=share.fraction,
+                leads=share.leader == self.run_id,
+                level=share.level,
+                most=share.most,
+                others_inflight=share.others_inflight,
+                others_may_hold=share.others_may_hold,
+                terms=tuple(
+                    (c.run_id, c.weight, c.priority)
+                    for c in sorted(found, key=lambda c: c.run_id)
+                    if c.run_id in share.runs
+                ),
+            )
+        detail = self._detail(share, found)
+        decisions = self._controller.share(part, now=self._clock.now(), detail=detail)
         for decision in decisions:
             self._orchestrator.loop.command(decision)
+        self._last = share
         return share
 
     def set_terms(self, weight: float | None, priority: int | None) -> Decision:
@@ -120,31 +128,32 @@ class ShareTaker:
             figures={"share": self._weight, "priority": self._priority},
         )
 
-    def _detail(
-        self, share: Share | None, before: int | None, after: int | None, found: list[Claim]
-    ) -> str:
-        change = f"ceiling {_said(before)} -> {_said(after)}"
+    def _detail(self, share: Share | None, found: list[Claim]) -> str:
+        """What changed in the pool since the last look, and who sizes it."""
+        last = self._last
         if share is None:
-            return f"no other run shares its engines: {change}"
+            return "no other run shares its engines"
         others = [c for c in found if c.run_id in share.runs and c.run_id != self.run_id]
-        joined = [c.run_id for c in others if c.run_id not in self._runs]
-        left = [run for run in self._runs if run not in share.runs]
+        before = () if last is None else last.runs
+        joined = [c for c in others if c.run_id not in before]
+        left = [run for run in before if run not in share.runs and run != self.run_id]
         engines = ", ".join(sorted(_host(url) for url in self._engine_urls()))
-        weights = ", ".join(f"run {c.run_id} x{c.weight:g} p{c.priority}" for c in others)
+        arrived = ", ".join(str(c.run_id) for c in joined)
         news = "".join(
             [
-                f"run {', '.join(map(str, joined))} joined; " if joined and self._runs else "",
+                f"run {arrived} joined; " if joined and last else "",
                 f"run {', '.join(map(str, left))} left; " if left else "",
             ]
         )
+        weights = ", ".join(f"run {c.run_id} x{c.weight:g} p{c.priority}" for c in others)
+        level = f"{share.level:.0f}"
+        if last is not None and last.leader == share.leader and int(last.level) != int(share.level):
+            level = f"{last.level:.0f} -> {level}"
+        sizer = "this run" if share.leader == self.run_id else f"run {share.leader}"
         return (
             f"{news}pool {engines} with {weights} (this run x{self._weight:g} "
-            f"p{self._priority}), capacity {share.capacity}: {change}"
+            f"p{self._priority}); the pool's level {level}, sized by {sizer}"
         )
-
-
-def _said(ceiling: int | None) -> str:
-    return "none" if ceiling is None else str(ceiling)
 
 
 def _host(url: str) -> str:

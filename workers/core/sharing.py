@@ -1,44 +1,32 @@
-"""Runs that share engines: each run's ceiling, from what every run in the pool claims.
+"""Runs that share engines: one pool, sized by one controller, split by shares and priorities.
 
-Each run's controller reads the engines' KV and queues, which hold the other runs' requests
-too, so on its own the first run to fill a pool keeps it: a second one sees the engines busy
-and never grows. The arbiter splits the pool between them instead. Every host states its run's
-claim (weight, priority, what it has to run, what it holds, whether its controller would grow
-or reads the engines overloaded, what the engines queue, the ceiling and the capacity it was
-last given) and every host computes every ceiling from the same claims with this rule, so no
-single process arbitrates and none can die and leave the pool unarbitrated.
+Each run's controller reads the engines' KV and queues, which hold every run's requests. Two
+controllers each sizing their own run on one pool read each other's load as their own: whoever
+fills the pool first keeps it, and a throughput probe even credits a run with the tokens it
+takes from the other. So a pool of shared engines is sized as one: the controller of the run
+hosted on it longest (the pool's *leader*) sizes the pool's in-flight level, reading the pool's
+episodes and tokens as it would read a run alone, and every run holds its part of that level.
+The others follow the leader's level; when its host dies, its claim goes stale and the run
+hosted longest after it leads on from the level the pool was at.
 
-The pool's capacity is what its runs have shown it carries: the episodes they hold, less the
-requests the engines queue (those are held, not carried). While some run's controller reads the
-engines overloaded (preemptions, a queue), or none would grow, that is what the engines take:
-the capacity is its sum, or the one cut last time (by any host) let down by ``SHARE_MEMORY`` a
-look, whichever is more, so a run that trims does not drag another's ceiling down with it, and
-a pool that got slower is re-measured within minutes. While some run would grow and none is
-overloaded, the pool is ``headroom`` over what they carry (or the remembered capacity, when
-that is more), so the ceilings never hold back a pool with room: the policies that probe past
-their KV target while throughput pays (pacer's frontier) do so in a shared pool as they would
-alone. The controllers still cut for an overload themselves; a ceiling only bounds them. That
-capacity is handed out by priority, highest first, and within a priority by weight, each run
-getting no more than it has to run (its demand) while another wants more: a share a run does
-not use is lent, and comes back as soon as its demand does. What no run wants is spread by
-weight, so the ceilings always add up to the capacity.
+The parts go by priority, highest first, and within a priority by weight (``share``), each
+run getting no more than it has to run now (its demand) while another wants more: a share a
+run does not use is lent, and comes back as soon as its demand does. What no run wants is
+spread by weight, so the parts always add up to the level. Each run gets at least one episode
+(a run with nothing in flight could never show it has work). A share is of the engines' KV
+cache, not of episodes: each run states the KV one of its episodes holds on average (its
+footprint), and a run whose episodes hold twice as much gets half as many at the same weight.
 
-Pure: claims in, ceilings out. Runs in a pool of one have no ceiling.
+Every host states its run's claim and computes every part from the same claims with this rule,
+so no single process arbitrates. Pure: claims in, parts out. A run alone on its engines has no
+part: it is the whole pool.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# While a run would grow and none is overloaded, the pool may be this much more than its runs
-# carry: the controllers' own growth in about a turnover (the reference grows 25 % a turnover).
-SHARE_HEADROOM = 1.25
-# The capacity remembered from the last look falls by 2 % a look (a look every poll, 5 s by
-# default): halved in about three minutes, slow beside a controller's recovery
-# from a trim, quick beside engines that get slower (longer answers, a smaller pool).
-SHARE_MEMORY = 0.98
 # A run's share (a weight) and priority, as a config or an operator gives them: a million to
 # one between shares is more than any split a person means; priorities are ranks, not sizes.
 SHARE_RANGE = (1e-3, 1e3)
@@ -47,19 +35,20 @@ PRIORITY_RANGE = (-100, 100)
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """What one run's host states for the pool at one arbitration."""
+    """What one run's host states for the pool at one look."""
 
     run_id: int
     engines: frozenset[str]  # the engines' base URLs: the same engine under any name
     weight: float  # concurrency.share, > 0
     priority: int  # concurrency.priority: higher is served first
-    demand: int  # episodes it has to run now: in flight and waiting to be admitted
+    demand: int  # episodes it has to run now: its max_inflight while it would take more
     inflight: int  # its episodes in flight: what it holds of the engines now
-    loaded: bool  # its controller's last reading was not clear (soft or hard): no growth
-    ceiling: int | None  # what it was given last time; None before its first arbitration
-    capacity: int | None = None  # the pool's capacity its ceiling was cut from last time
-    queued: int = 0  # requests waiting on the pool's engines at its last poll (anyone's)
-    overloaded: bool = False  # its controller's last reading was hard (preemptions, a queue)
+    max_inflight: int  # the most it may ever hold: the pool's level is bounded by their sum
+    level: float  # the pool's level as its controller holds it (the leader's is the pool's)
+    since: float = 0.0  # when the exchange first saw the run's current host: the longest leads
+    ceiling: int | None = None  # its part at its last look; None while it was alone
+    footprint: float | None = None  # KV tokens one of its episodes holds on average; None:
+    # not measured yet (no episode finished), taken as the pool's mean
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +56,18 @@ class Share:
     """One run's part of the pool."""
 
     run_id: int
-    ceiling: int
-    capacity: int  # the pool's capacity it was cut from
-    runs: tuple[int, ...]  # the runs in the pool, this one included
-    others: int = 0  # episodes the other runs may hold now: in flight, or up to their ceilings
-    others_over: int = 0  # episodes the other runs hold above their ceilings: draining
+    ceiling: int  # its part of the level, in episodes
+    level: float  # the pool's level: the leader's
+    leader: int  # the run whose controller sizes the pool
+    runs: tuple[int, ...]  # the runs in the pool, this one first
+    most: int  # the highest level the pool may have: its runs' max_inflight, summed
+    others_inflight: int = 0  # episodes the other runs hold in flight
+    others_may_hold: int = 0  # ...or may hold by their parts, if more: their claims lag
+
+    @property
+    def fraction(self) -> float:
+        """Its part of the level, which the leader moves between looks."""
+        return self.ceiling / max(1, int(self.level))
 
 
 def pool_of(run_id: int, claims: Sequence[Claim]) -> list[Claim]:
@@ -81,16 +77,9 @@ def pool_of(run_id: int, claims: Sequence[Claim]) -> list[Claim]:
     return [own, *sorted(others, key=lambda c: c.run_id)]
 
 
-def capacity(pool: Sequence[Claim], headroom: float = SHARE_HEADROOM) -> int:
-    """What the pool can take now, as its runs measure it (see the module's docstring)."""
-    carried = max(0, sum(c.inflight for c in pool) - max(c.queued for c in pool))
-    # Every run of the pool re-cuts the capacity once a look, each from the others' last
-    # cut: each lets it down by its part of a look's fall, so it falls as fast in any pool.
-    fall = SHARE_MEMORY ** (1.0 / len(pool))
-    remembered = int(max((c.capacity or 0 for c in pool), default=0) * fall)
-    if any(c.overloaded for c in pool) or all(c.loaded for c in pool):
-        return max(carried, remembered, len(pool))
-    return max(math.ceil(carried * headroom), remembered, len(pool))
+def leader_of(pool: Sequence[Claim]) -> Claim:
+    """The run hosted on the pool longest (the lowest id among equals)."""
+    return min(pool, key=lambda c: (c.since, c.run_id))
 
 
 def ceilings(pool: Sequence[Claim], total: int) -> dict[int, int]:
@@ -98,44 +87,55 @@ def ceilings(pool: Sequence[Claim], total: int) -> dict[int, int]:
     demand while another wants more; what is left over is spread by weight. Each run gets
     at least 1 (a run with a ceiling of 0 could never show it has work)."""
     given = {c.run_id: 1 for c in pool}
+    weights = _kv_weights(pool)
     left = total - len(pool)
     for priority in sorted({c.priority for c in pool}, reverse=True):
         tier = [c for c in pool if c.priority == priority]
-        left = _fill(tier, given, left)
+        left = _fill(tier, weights, given, left)
     if left > 0:
-        _spread(pool, given, left)
+        _spread(pool, weights, given, left)
     return given
 
 
-def arbitrate(
-    run_id: int, claims: Sequence[Claim], headroom: float = SHARE_HEADROOM
-) -> Share | None:
-    """``run_id``'s share of its pool; None when it shares no engine with a run claiming."""
+def arbitrate(run_id: int, claims: Sequence[Claim]) -> Share | None:
+    """``run_id``'s part of its pool; None when it shares no engine with a run claiming."""
     pool = pool_of(run_id, claims)
     if len(pool) == 1:
         return None
-    total = capacity(pool, headroom)
-    given = ceilings(pool, total)
-    others = [c for c in pool if c.run_id != run_id]
+    leader = leader_of(pool)
+    given = ceilings(pool, int(leader.level))
+    others = pool[1:]
     return Share(
         run_id,
         given[run_id],
-        total,
+        leader.level,
+        leader.run_id,
         tuple(c.run_id for c in pool),
-        others=sum(max(c.inflight, given[c.run_id]) for c in others),
-        others_over=sum(max(0, c.inflight - given[c.run_id]) for c in others),
+        most=sum(c.max_inflight for c in pool),
+        others_inflight=sum(c.inflight for c in others),
+        others_may_hold=sum(max(c.inflight, given[c.run_id]) for c in others),
     )
 
 
-def _fill(tier: Sequence[Claim], given: dict[int, int], left: int) -> int:
+def _kv_weights(pool: Sequence[Claim]) -> dict[int, float]:
+    """Each run's weight per episode: its share over its footprint, so that equal shares hold
+    equal KV. A run not measured yet is taken at the measured runs' mean (at 1 when none is)."""
+    known = [c.footprint for c in pool if c.footprint]
+    mean = sum(known) / len(known) if known else 1.0
+    return {c.run_id: c.weight / (c.footprint or mean) for c in pool}
+
+
+def _fill(
+    tier: Sequence[Claim], weights: dict[int, float], given: dict[int, int], left: int
+) -> int:
     """Water-fill ``left`` over ``tier`` by weight, no run past its demand; what is left."""
     wanting = [c for c in tier if c.demand > given[c.run_id]]
     while left > 0 and wanting:
-        weights = sum(c.weight for c in wanting)
-        share = {c.run_id: left * c.weight / weights for c in wanting}
+        total = sum(weights[c.run_id] for c in wanting)
+        share = {c.run_id: left * weights[c.run_id] / total for c in wanting}
         done = [c for c in wanting if given[c.run_id] + share[c.run_id] >= c.demand]
         if not done:  # nobody reaches their demand: the rest goes by weight, all of it
-            return _spread(wanting, given, left)
+            return _spread(wanting, weights, given, left)
         for claim in done:
             left -= claim.demand - given[claim.run_id]
             given[claim.run_id] = claim.demand
@@ -143,10 +143,12 @@ def _fill(tier: Sequence[Claim], given: dict[int, int], left: int) -> int:
     return left
 
 
-def _spread(runs: Sequence[Claim], given: dict[int, int], left: int) -> int:
+def _spread(
+    runs: Sequence[Claim], weights: dict[int, float], given: dict[int, int], left: int
+) -> int:
     """All of ``left`` over ``runs`` by weight, in whole episodes (largest remainders)."""
-    weights = sum(c.weight for c in runs)
-    exact = {c.run_id: left * c.weight / weights for c in runs}
+    total = sum(weights[c.run_id] for c in runs)
+    exact = {c.run_id: left * weights[c.run_id] / total for c in runs}
     whole = {run: int(part) for run, part in exact.items()}
     rest = left - sum(whole.values())
     by_remainder = sorted(exact, key=lambda run: (whole[run] - exact[run], run))

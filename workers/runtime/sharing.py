@@ -3,8 +3,8 @@ database.
 
 At every poll period the host's ``ShareTaker`` (``workers.core.pool_share``) writes its
 run's claim and reads every fresh claim back (``workers.runtime.claims``), computes its own
-run's share with the same rule every other host uses and gives the ceiling to the
-controller. The database being away only delays this; the ceiling in force stays meanwhile.
+run's part with the same rule every other host uses and gives it to the controller. The
+database being away only delays this; the part in force stays meanwhile.
 """
 
 from __future__ import annotations
@@ -75,8 +75,6 @@ class PoolShare:
         return self.taker.set_terms(weight, priority)
 
     async def _exchange(self, claim: Claim) -> list[Claim]:
-        """The claim written with the capacity its ceiling was cut from, the fresh ones read."""
-        found: list[Claim] = await self._call(
-            claims.exchange, self.run_id, self._owner, claim, claim.capacity
-        )
+        """The claim written under this host's name, the fresh ones read."""
+        found: list[Claim] = await self._call(claims.exchange, self.run_id, self._owner, claim)
         return found

@@ -21,15 +21,24 @@ class PoolRunSerializer(serializers.Serializer):
     demand = serializers.IntegerField(help_text="episodes it would run now")
     inflight = serializers.IntegerField(help_text="its episodes in flight")
     ceiling = serializers.IntegerField(
-        allow_null=True, help_text="the most it may hold; null before its first split"
+        allow_null=True, help_text="its part of the pool's level; null before its first split"
+    )
+    footprint = serializers.FloatField(
+        allow_null=True,
+        help_text="KV tokens one of its episodes holds on average (shares are of the KV "
+        "cache); null until it has measured some",
     )
     updated_at = serializers.DateTimeField(help_text="when its host last stated its claim")
 
 
 class PoolSerializer(serializers.Serializer):
     engines = serializers.ListField(child=serializers.CharField(), help_text="base URLs")
-    capacity = serializers.IntegerField(
-        allow_null=True, help_text="what the pool takes, as its runs' ceilings were cut from it"
+    level = serializers.IntegerField(
+        help_text="the pool's in-flight level, in episodes: what its leader's controller "
+        "sizes, and the runs' parts add up to"
+    )
+    leader = serializers.IntegerField(
+        help_text="the run whose controller sizes the pool: the one hosted on it longest"
     )
     runs = PoolRunSerializer(many=True)
 
@@ -37,8 +46,8 @@ class PoolSerializer(serializers.Serializer):
 class PoolListApi(APIView):
     @extend_schema(
         operation_id="pools_list",
-        description="The pools now: hosted runs whose engines overlap, each run's share of the "
-        "pool's capacity as its host claims it (a claim not renewed for "
+        description="The pools now: hosted runs whose engines overlap, each run's part of the "
+        "pool's level as its host claims it (a claim not renewed for "
         f"{CLAIM_TTL_S:g} s, or a run no longer hosted, is left out). A run alone on its "
         "engines is in no pool.",
         responses={200: PoolSerializer(many=True), **ERRORS},

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.unit.core.builders import sample
-from workers.core.controller.policies.probe import EpochRate, ThroughputProbe, own_tokens
+from workers.core.controller.policies.probe import EpochRate, ThroughputProbe
 from workers.core.controller.polls import PollSummary
 from workers.core.samples import EngineHealth, LoadSample
 
@@ -140,10 +140,3 @@ def test_an_epoch_that_only_saw_an_empty_pool_is_never_the_anchor() -> None:
 def test_a_stored_anchor_with_an_empty_pool_is_refused() -> None:
     with pytest.raises(ValueError, match="anchor inflight must be > 0"):
         ThroughputProbe(step=0.1, flat_gain=0.3).load_json({"anchor": [0, 50.0]})
-
-
-def test_tokens_on_engines_other_runs_share_are_counted_by_this_runs_requests() -> None:
-    alone = PollSummary.from_samples([sample("e0", running=10, tokens=1000)], 5.0)
-    assert own_tokens(alone, inflight=12) == 1000.0  # episodes in tool calls hold no request
-    shared = PollSummary.from_samples([sample("e0", running=40, tokens=1000)], 5.0)
-    assert own_tokens(shared, inflight=10) == 250.0

@@ -14,12 +14,12 @@ from dataclasses import replace
 from typing import Any
 
 from workers.core.controller.capacity import PoolCapacity
-from workers.core.controller.ceiling import Ceiling
 from workers.core.controller.decision_records import GrowthLog, Moment
 from workers.core.controller.latches import DrainLatch, Freshness, RequestWatch
 from workers.core.controller.overrides import Overrides
 from workers.core.controller.policies.base import Policy, PoolView, Proposal, Reading
 from workers.core.controller.polls import PollSummary
+from workers.core.controller.pool_part import PoolPart
 from workers.core.controller.records import (
     ControllerConfig,
     ControllerStats,
@@ -59,6 +59,12 @@ class Controller:
       is left (a ``rescale`` decision); when it is up again the cap is rescaled back. An
       engine that joins the run's pool, or leaves it, is rescaled for the same way. The
       policy forgets what it had learnt of the old pool's limits (``Policy.pool_changed``).
+    - Engines other runs share (``share``): the level is the pool's, in the pool's
+      episodes, and the run's cap is its part of it. The pool's leader reads the poll with
+      every run's episodes (its policy sees the pool as it would see a run alone), grows the
+      level on its own completions when the pool binds, trims and cuts it, and sheds its own
+      part of a cut's excess; a run that follows only reads, and takes the leader's level at
+      every look.
     - Operator commands: ``pin(cap, ttl)`` holds the real cap until ``release`` or the TTL
       while the policy runs on in the shadow, which grows only on evidence; ``set(cap)`` moves
       the cap once and ends a pin.
@@ -73,9 +79,7 @@ class Controller:
     def __init__(self, config: ControllerConfig, policy: Policy) -> None:
         self.config = config
         self.policy = policy
-        self._ceiling = Ceiling()
-        self._neighbours = 0  # episodes other runs sharing the engines hold in flight
-        self._neighbours_over = 0  # of which above their ceilings: draining toward them
+        self._part: PoolPart | None = None  # its part of a pool other runs share
         self._level = self._bounded(float(config.initial_inflight or config.min_inflight))
         self._bootstrapped = False
         self._start = StartCap(config)
@@ -105,8 +109,15 @@ class Controller:
 
     @property
     def ceiling(self) -> int | None:
-        """The ceiling in force from the runs sharing its engines; None when none do."""
-        return self._ceiling.value
+        """Its part of the pool of engines other runs share (the policy's cap there); None
+        while no other run shares them."""
+        return None if self._part is None else self._policy_cap()
+
+    @property
+    def level(self) -> float:
+        """The level the policy holds, unrounded: the run's own cap alone, the pool's in-flight
+        level in a pool of shared engines (the leader's, as this run last took it)."""
+        return self._level
 
     @property
     def draining(self) -> bool:
@@ -178,8 +189,7 @@ class Controller:
         out += self._check_stall(now) + self._check_requests(poll, now)
         if self._drain.holding:
             return out + self._release_drain(reading, poll, now)
-        ceiling = self._ceiling.value
-        if self._neighbours_over and ceiling is not None and self._inflight <= ceiling:
+        if self._following:
             return out
         proposal = self.policy.propose(reading, view)
         if proposal is not None:
@@ -191,49 +201,41 @@ class Controller:
         rescales the cap for the pool's new KV capacity (``PoolCapacity.declare``)."""
         self._capacity.declare(engines)
 
-    def set_ceiling(self, ceiling: int | None, *, now: float, detail: str) -> tuple[Decision, ...]:
-        """The pool's ceiling for this run (``workers.core.sharing``), None when it shares no
-        engine: a level above it comes down to it at once (admission stops; nothing is shed,
-        the pool drains within a turnover), one below it grows into it as the policy says.
-        A ceiling within ``SHARE_CHANGE`` of the one in force is not taken; one taken is a
-        decision (``share``, with ``detail``; its figures carry the ``ceiling`` unless None)."""
-        before = self._policy_cap()
-        if not self._ceiling.set(ceiling):
-            return ()
+    def share(self, part: PoolPart | None, *, now: float, detail: str) -> tuple[Decision, ...]:
+        """Its part of the pool of engines other runs share (``workers.core.sharing``), None
+        when no other run shares them. A run that follows the pool's leader takes the
+        leader's level as its own (it starts there: it does not bootstrap); the leader keeps
+        sizing the level itself. A fraction within ``SHARE_CHANGE`` of the one in force is not
+        taken while the pool's runs, terms and leader stay the same (``PoolPart.after``). The
+        cap becomes the part at once: a run whose part fell stops admitting and lets its
+        excess complete, unless its own last poll read the engines overloaded, when the excess
+        is shed as the leader's cut shed its own. A change of the cap, of the pool's
+        membership or of who leads is a decision (``share``, with ``detail``; while in a pool
+        every decision's figures carry the part, ``ceiling``)."""
+        before, was = self._policy_cap(), self._part
+        if part is not None and was is not None:
+            part = was.after(part)
+        self._part = part
+        if part is not None and not part.leads:
+            self._level, self._bootstrapped = part.level, True
         self._level = self._bounded(self._level)
-        moment = self._moment(now)
-        share = moment.policy_record(DecisionKind.SHARE, Cause.SHARE, detail, before=before)
-        if ceiling is None:
-            return (share,)
-        return (replace(share, figures={**share.figures, "ceiling": ceiling}),)
-
-    def neighbour_left(self) -> None:
-        """A run sharing the engines left the pool: its part is the others' now, and what the
-        policy learnt under its load (a knee cut at a few episodes while it held most of the
-        pool) would keep this run from growing into it, so the policy forgets it
-        (``Policy.pool_changed``) as it does when an engine joins."""
-        if self.policy.rescaled:
-            self.policy.pool_changed()
-
-    def set_neighbours(self, inflight: int, *, over: int = 0) -> None:
-        """Episodes other runs sharing the engines may hold (in flight, or up to their ceilings:
-        their claims are a look old), as the pool says: their requests are owned, so they are
-        no reconcile alert, and they are the pool's load the run's growth is a rate of.
-        ``over`` of them are above their runs' ceilings: the pool is draining them, so an
-        overload while it lasts is theirs and cuts nothing of a run within its own ceiling (a
-        run that joins a loaded pool would otherwise be cut to nothing by the overload its
-        ceiling is taking away)."""
-        check_inflight(inflight)
-        check_inflight(over)
-        self._neighbours, self._neighbours_over = inflight, min(over, inflight)
+        after = self._policy_cap()
+        joined_or_left = (was is None) != (part is None)
+        took_the_lead = was is not None and part is not None and was.leads != part.leads
+        if after == before and not joined_or_left and not took_the_lead:
+            return ()
+        hard = self._reading is not None and self._reading.hard
+        acting = not self._observed and self._overrides.pin is None
+        shed = max(0, self._inflight - after) if hard and acting else 0
+        text = f"{detail}: ceiling {_said(None if was is None else before)} -> "
+        text += _said(None if part is None else after)
+        kind, cause = DecisionKind.SHARE, Cause.SHARE
+        return (self._moment(now).policy_record(kind, cause, text, before=before, shed=shed),)
 
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
-        """One episode finished; it may grow the cap.
-
-        The policy's growth is a rate for the engines' load. Under a ceiling the engines carry
-        other runs' episodes too, so the run grows by that rate of the pool's episodes, not of
-        its own, up to its ceiling: a run that joined a loaded pool at a few episodes would
-        otherwise take many turnovers at a cautious rate to grow into the share it was given."""
+        """One episode finished; it may grow the cap (in a pool of shared engines, the
+        leader grows the pool's level by its policy's rate per turnover of its own episodes;
+        a run that follows grows nothing)."""
         n = completion.pool
         self._freshness.start(now)
         self._inflight = n - 1
@@ -244,8 +246,7 @@ class Controller:
         if not self._may_grow(completion, now):
             return out
         before = self._policy_cap()
-        base = self._level + (self._neighbours if self._ceiling.value is not None else 0)
-        grown = self._level + base * (self._growth ** self._licensed(1.0 / n) - 1.0)
+        grown = self._level * self._growth ** self._licensed(1.0 / n)
         ceiling = None if self._reading is None else self._reading.ceiling
         if ceiling is not None:
             grown = min(grown, max(self._level, ceiling))
@@ -268,11 +269,20 @@ class Controller:
         return self._command(DecisionKind.PIN, now, before, reason)
 
     def set(self, cap: int, *, now: float) -> Decision:
-        """Move the cap once; adaptation continues from the new value. Ends any pin."""
+        """Move the cap once; adaptation continues from the new value. Ends any pin. A run
+        that leads a pool of shared engines moves the pool's level so that its part is
+        ``cap``; one that follows is refused: its level is the leader's."""
         self._overrides.check_cap(cap)
+        part = self._part
+        if part is not None and not part.leads:
+            raise ValueError(
+                "another run's controller sizes the pool of engines this run shares: pin "
+                "this run's cap, or change its share"
+            )
         before = self.cap
         ended = "; pin released" if self._overrides.drop() is not None else ""
-        self._level, self._bootstrapped = float(cap), True
+        level = float(cap) if part is None else cap / part.fraction
+        self._level, self._bootstrapped = self._bounded(level), True
         reason = f"Set concurrency {before} -> {cap} (operator){ended}"
         return self._command(DecisionKind.SET, now, before, reason)
 
@@ -335,7 +345,7 @@ class Controller:
 
     def _rescale(self, samples: tuple[LoadSample, ...], now: float) -> tuple[Decision, ...]:
         change = self._capacity.observe(samples, now, self._level)
-        if change is None or not self._bootstrapped or not self.policy.rescaled:
+        if change is None or not self._bootstrapped or not self.policy.rescaled or self._following:
             return ()
         before = self._policy_cap()
         self._level = self._bounded(change.scaled(self._level))
@@ -366,7 +376,8 @@ class Controller:
         return () if detail is None else (self._stale_freeze(now, detail),)
 
     def _check_requests(self, poll: PollSummary, now: float) -> tuple[Decision, ...]:
-        reason = self._requests.observe(poll.engine_requests, self._inflight + self._neighbours)
+        others = 0 if self._part is None else self._part.others_may_hold
+        reason = self._requests.observe(poll.engine_requests, self._inflight + others)
         if reason is None:
             return ()
         kind, cause = DecisionKind.RECONCILE, Cause.REQUESTS_OVER_PERMITS
@@ -393,14 +404,18 @@ class Controller:
         )
 
     def _may_grow(self, completion: EpisodeCompletion, now: float) -> bool:
+        """The binding check reads the pool: a leader whose own part is idle still grows the
+        level the other runs fill."""
+        others = 0 if self._part is None else self._part.others_inflight
         return (
             self._bootstrapped
+            and not self._following
             and not self._drain.holding
             and self._freshness.fresh(now)
             and self._growth > 1.0
             and completion.ok
             and completion.tokens > 0
-            and completion.pool >= self.config.binding_fraction * self._policy_cap()
+            and completion.pool + others >= self.config.binding_fraction * self._level_cap()
         )
 
     def _expire_pin(self, now: float) -> tuple[Decision, ...]:
@@ -432,21 +447,42 @@ class Controller:
             growth=self._growth,
             policy_cap=self._policy_cap(),
             pin_cap=None if pin is None else pin.cap,
+            ceiling=self.ceiling,
         )
 
     # -- helpers ---------------------------------------------------------------------------
 
+    @property
+    def _following(self) -> bool:
+        """Another run's policy sizes the pool this one shares; this one holds its part."""
+        return self._part is not None and not self._part.leads
+
     def _view(self) -> PoolView:
+        """What the policy reads: the pool's episodes, its own with the other runs'."""
         since = self._drain.polls_since_release
-        return PoolView(self._level, self._inflight, since, self._turnover, self._drain.holding)
+        part = self._part
+        inflight = self._inflight + (0 if part is None else part.others_inflight)
+        return PoolView(self._level, inflight, since, self._turnover, self._drain.holding)
+
+    def _level_cap(self) -> int:
+        """The level in whole episodes: the run's cap alone, the pool's in a pool."""
+        return int(self._bounded(math.floor(self._level + 1e-9)))
 
     def _policy_cap(self) -> int:
-        return int(self._bounded(math.floor(self._level + 1e-9)))
+        part = self._part
+        if part is None:
+            return self._level_cap()
+        low, high = self.config.min_inflight, self.config.max_inflight
+        return min(high, max(low, part.cap(self._level)))
 
     def _bounded(self, level: float) -> float:
         low = float(self.config.min_inflight)
-        high = max(low, self._ceiling.bound(float(self.config.max_inflight)))
-        return min(high, max(low, level))
+        most = self.config.max_inflight if self._part is None else self._part.most
+        return min(max(low, float(most)), max(low, level))
+
+
+def _said(cap: int | None) -> str:
+    return "none" if cap is None else str(cap)
 
 
 def _incomplete_not_clear(reading: Reading, poll: PollSummary) -> Reading:

@@ -22,6 +22,7 @@ class Moment:
     growth: float
     policy_cap: int  # the policy's cap now
     pin_cap: int | None  # the operator's cap while a pin holds it
+    ceiling: int | None = None  # its part of a pool other runs share; None while alone
 
     def record(
         self,
@@ -40,6 +41,8 @@ class Moment:
         reading = self.reading
         figures: dict[str, float] = dict(reading.figures) if reading is not None else {}
         figures.update(inflight=self.inflight, turnover=self.turnover, growth=self.growth)
+        if self.ceiling is not None:  # the run page draws it beside the cap
+            figures["ceiling"] = self.ceiling
         return Decision(
             at=self.at,
             kind=kind,

@@ -14,6 +14,7 @@ from typing import Any
 
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.policies.base import Policy
+from workers.core.controller.pool_part import PoolPart
 from workers.core.controller.records import (
     MAX_CAP,
     ControllerConfig,
@@ -54,18 +55,16 @@ class ObserveOnly:
     def set_pool(self, engines: Iterable[str]) -> None:
         self._inner.set_pool(engines)
 
-    def neighbour_left(self) -> None:
-        self._inner.neighbour_left()
-
-    def set_neighbours(self, inflight: int, *, over: int = 0) -> None:
-        self._inner.set_neighbours(inflight, over=over)
-
     @property
     def ceiling(self) -> int | None:
         return self._inner.ceiling
 
-    def set_ceiling(self, ceiling: int | None, *, now: float, detail: str) -> tuple[Decision, ...]:
-        return self._observed(self._inner.set_ceiling(ceiling, now=now, detail=detail))
+    @property
+    def level(self) -> float:
+        return self._inner.level
+
+    def share(self, part: PoolPart | None, *, now: float, detail: str) -> tuple[Decision, ...]:
+        return self._observed(self._inner.share(part, now=now, detail=detail))
 
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
         return self._observed(self._inner.on_completion(completion, now=now))

@@ -89,6 +89,11 @@ class Episode:
     # The policy version each turn was sampled under, as its engine served it (empty when the
     # session was given no way to know): a multi-turn episode can straddle a weight update.
     turn_versions: tuple[int, ...] = ()
+    # What its requests held of the engines' KV cache over its life, in token-seconds: each
+    # turn's context with half its answer (the answer grows through the turn) times the turn's
+    # time. Over the episode's time in flight it is its KV footprint, which a pool of shared
+    # engines splits by (``workers.core.sharing``).
+    kv_token_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if not len(self.token_ids) == len(self.loss_mask) == len(self.logprobs):
@@ -119,10 +124,14 @@ class Session:
         clock: Clock,
         max_model_len: int | None = None,
         version: Callable[[], int] | None = None,
+        group_size: int = 1,
     ) -> None:
         """``version`` says which policy version the engine serves now (the relay's record
         of it); each turn is tagged with the older of its readings before and after the
-        turn, since a turn paused by a weight update is sampled partly under each."""
+        turn, since a turn paused by a weight update is sampled partly under each.
+        ``group_size`` episodes share the prompt (rollouts of one task, sent to one engine),
+        whose KV the engine's prefix cache holds once for all: each counts its part of it in
+        ``Episode.kv_token_seconds``."""
         self._engine = engine
         self._sampling = sampling
         self._seed = seed
@@ -133,6 +142,9 @@ class Session:
         self._logprobs: list[float] = []
         self._version = version
         self._versions: list[int] = []
+        self._kv_token_seconds = 0.0
+        self._prompt_shared = 0.0  # the prompt's tokens other episodes of the group hold
+        self._group_size = group_size
         self.turns = 0
 
     @property
@@ -156,6 +168,7 @@ class Session:
         if self._ids:
             raise RuntimeError("the prompt starts the conversation; use observe afterwards")
         self._append(await self._tokenize(text, True, max_tokens), sampled=None)
+        self._prompt_shared = len(self._ids) * (1 - 1 / self._group_size)
 
     async def observe(self, text: str, *, max_tokens: int | None = None) -> None:
         """Append what the environment says back (a tool's output, a user turn)."""
@@ -181,7 +194,11 @@ class Session:
             return_token_ids=True,
         )
         before = None if self._version is None else self._version()
+        started = self._clock.now()
         result = await self._engine.complete(turn)
+        answered = 0 if result.token_ids is None else len(result.token_ids)
+        held = len(turn.prompt) - self._prompt_shared + answered / 2
+        self._kv_token_seconds += held * max(0.0, self._clock.now() - started)
         if not result.ok:
             raise EpisodeError(f"turn {self.turns + 1} failed: {result.error}")
         if result.token_ids is None:
@@ -214,6 +231,7 @@ class Session:
             turns=self.turns,
             metadata=metadata,
             turn_versions=tuple(self._versions),
+            kv_token_seconds=self._kv_token_seconds,
         )
 
     async def _tokenize(self, text: str, special: bool, limit: int | None) -> tuple[int, ...]:

@@ -43,6 +43,7 @@ from workers.core.dispatch.episodes import EpisodeTicket, FinishedEpisode, Group
 from workers.core.dispatch.permits import EpisodeKind
 from workers.core.environments.base import EngineClient, Episode, Session
 from workers.core.orchestrator.batches import Batch, WaveStart
+from workers.core.orchestrator.footprint import KvFootprint
 from workers.core.orchestrator.groups import EpisodeSpec, GroupBook, OpenGroup, Wave
 from workers.core.orchestrator.ports import (
     Ack,
@@ -186,6 +187,7 @@ class Orchestrator:
         self._failure: str | None = None  # why the run cannot go on (no engine usable)
         self._changed = asyncio.Event()
         self._tally = StepTally(clock.now())
+        self.footprint = KvFootprint()  # what one episode holds of the KV cache, for a pool
 
     @property
     def loop(self) -> ControlLoop[EpisodeSpec, Episode]:
@@ -525,12 +527,14 @@ class Orchestrator:
             clock=self._clock,
             max_model_len=self._max_model_len(engine_id),
             version=lambda: self._served(engine_id, ticket.policy_version),
+            group_size=self.config.group_size if ticket.kind is EpisodeKind.TRAIN else 1,
         )
         return await env.environment.run(session, spec.task_seed)
 
     def _finished(self, finished: FinishedEpisode[EpisodeSpec, Episode]) -> None:
         tally = self._tally
         tally.count(finished)
+        self.footprint.add(finished)
         if self._on_episode is not None:
             self._on_episode(finished)
         ended = self._book.ended(finished)

@@ -82,7 +82,7 @@ class ThroughputProbe:
         if self._index is None:
             self._start(index, poll.at)
             return False
-        self._tokens += own_tokens(poll, inflight)
+        self._tokens += poll.generation_tokens
         self._inflight_sum += inflight
         self._polls += 1
         self._whole = self._whole and poll.whole
@@ -154,14 +154,3 @@ class ThroughputProbe:
         else:
             raise ValueError(f"anchor must be null or [inflight, rate], got {anchor!r}")
         self._index = None
-
-
-def own_tokens(poll: PollSummary, inflight: int) -> float:
-    """The poll's generated tokens that are this run's: all of them, unless the engines hold
-    more requests than the run has episodes (other runs share the engines), when they are
-    shared out by requests. Counted whole, another run growing on the same engines would
-    read as this run's larger pool buying nothing, and it would trim for it."""
-    requests = poll.engine_requests
-    if inflight <= 0 or requests <= inflight:
-        return float(poll.generation_tokens)
-    return poll.generation_tokens * inflight / requests

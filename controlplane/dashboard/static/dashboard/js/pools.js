@@ -18,48 +18,53 @@ function element(tag, { className, text, title } = {}, children = []) {
 const cell = (text, className) => element("td", { className, text: String(text) });
 const host = (url) => url.replace(/^https?:\/\//, "");
 
-// The run's ceiling as a part of the pool's capacity: a bar, and what it holds in flight
-// as a darker part of it.
-function shareCell(run, capacity) {
-  if (!capacity || run.ceiling === null) return cell("–", "share");
-  const part = (n) => `${Math.min(100, (100 * n) / capacity).toFixed(1)}%`;
+// The run's part of the pool's level: a bar, and what it holds in flight as a darker part
+// of it.
+function shareCell(run, level) {
+  if (!level || run.ceiling === null) return cell("–", "share");
+  const part = (n) => `${Math.min(100, (100 * n) / level).toFixed(1)}%`;
   const bar = element("span", { className: "share-bar" }, [
     element("span", { className: "share-ceiling" }),
     element("span", { className: "share-inflight" }),
   ]);
   bar.children[0].style.width = part(run.ceiling);
   bar.children[1].style.width = part(Math.min(run.inflight, run.ceiling));
-  const title = `ceiling ${run.ceiling} of ${capacity}; ${run.inflight} in flight (${part(run.inflight)})`;
+  const title = `part ${run.ceiling} of ${level}; ${run.inflight} in flight (${part(run.inflight)})`;
   return element("td", { className: "share", title }, [bar, element("span", { className: "num", text: part(run.ceiling) })]);
 }
 
-function runRow(run, capacity) {
+function runRow(run, pool) {
   const link = element("a", { text: `${run.name} #${run.id}` });
   link.href = page.run_url.replace("/0/", `/${run.id}/`);
+  const leads = run.id === pool.leader;
+  const name = element("td", {}, [link]);
+  if (leads) name.append(" ", element("span", { className: "badge leader", text: "sizes the pool", title: "hosted on the pool longest: its controller sizes the pool's level, the others hold their parts of it" }));
   const row = element("tr", {}, [
-    element("td", {}, [link]),
+    name,
     cell(run.weight, "num"),
     cell(run.priority, "num"),
     cell(run.demand, "num"),
     cell(run.inflight, "num"),
+    cell(run.footprint === null ? "–" : Math.round(run.footprint).toLocaleString(), "num footprint"),
     cell(run.ceiling ?? "–", "num ceiling"),
-    shareCell(run, capacity),
+    shareCell(run, pool.level),
   ]);
   row.dataset.run = run.id;
+  if (leads) row.dataset.leader = "";
   return row;
 }
 
 function poolCard(pool) {
-  const heads = ["Run", "Share", "Priority", "Demand", "In flight", "Ceiling", "Part of the pool"];
+  const heads = ["Run", "Share", "Priority", "Demand", "In flight", "KV / episode", "Part", "Part of the pool"];
   const table = element("table", { className: "runs pool-runs" }, [
-    element("thead", {}, [element("tr", {}, heads.map((h, i) => element("th", { className: i && i < 6 ? "num" : "", text: h })))]),
-    element("tbody", {}, pool.runs.map((run) => runRow(run, pool.capacity))),
+    element("thead", {}, [element("tr", {}, heads.map((h, i) => element("th", { className: i && i < 7 ? "num" : "", text: h })))]),
+    element("tbody", {}, pool.runs.map((run) => runRow(run, pool))),
   ]);
   const inflight = pool.runs.reduce((total, run) => total + run.inflight, 0);
   const card = element("section", { className: "card pool" }, [
     element("h2", { text: pool.engines.map(host).join(", ") }),
     element("p", { className: "figures" }, [
-      element("span", {}, ["capacity ", element("b", { className: "capacity", text: pool.capacity ?? "–" })]),
+      element("span", {}, ["level ", element("b", { className: "level", text: pool.level })]),
       element("span", {}, ["in flight ", element("b", { text: inflight })]),
       element("span", {}, ["runs ", element("b", { text: pool.runs.length })]),
     ]),

@@ -31,8 +31,10 @@ let lastEngines = null; // the newest poll's engines and warnings, redrawn as ve
 // the page was served with (however old), then each one the page sees.
 const membership = new Membership(page.engine_changes);
 const engineIds = []; // as the samples name them: "<engine>/<rank>", learnt from the data
-// The pool's ceiling as the run's share decisions set it: [unix seconds, ceiling or null
-// (the run shares no engine)], by time. Every row of the cap chart carries the one in force.
+// The run's part of the pool of shared engines, as its decisions carry it (every decision
+// while it shares them; a share decision without one: alone again): [unix seconds, ceiling or
+// null (the run shares no engine)], by time. Every row of the cap chart carries the one in
+// force.
 const ceilings = [];
 let lastDecision = null; // the newest decision seen: where a reconnect's backfill resumes
 let lastPollAt = null; // unix seconds of the newest engine sample seen
@@ -105,7 +107,8 @@ function addDecision(d) {
   if (!lastDecision || key[0] > lastDecision[0] || (key[0] === lastDecision[0] && key[1] > lastDecision[1])) lastDecision = key;
   const group = charts.KIND_GROUPS[d.kind] || "other";
   const t = seconds(d.at);
-  if (d.kind === "share" && d.cause === "share") newCeiling(t, d.figures?.ceiling ?? null);
+  if (d.figures && "ceiling" in d.figures) newCeiling(t, d.figures.ceiling);
+  else if (d.kind === "share" && d.cause === "share") newCeiling(t, null);
   capRows.upsert(t, { cap: d.cap_after, shadow: d.shadow_after ?? null, ceiling: ceilingAt(t), [`m_${group}`]: d.cap_after });
   if (d.kind === "weights") weightsDecision(d);
   if (membership.decision(d)) showEngines();
