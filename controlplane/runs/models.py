@@ -399,6 +399,7 @@ class PoolClaim(models.Model):
     level = models.FloatField()  # the pool's level as its controller holds it
     ceiling = models.PositiveIntegerField(null=True, blank=True)  # its part; None: alone
     footprint = models.FloatField(null=True, blank=True)  # KV tokens one episode holds
+    completed = models.PositiveIntegerField(default=0)  # episodes completed under this host
     owner = models.CharField(max_length=200)  # the host that wrote it (its lease's owner)
     since = models.DateTimeField()  # when that host first wrote it: the longest leads
     updated_at = models.DateTimeField()
@@ -421,4 +422,5 @@ class PoolClaim(models.Model):
             since=self.since.timestamp(),
             ceiling=self.ceiling,
             footprint=self.footprint,
+            completed=self.completed,
         )

@@ -10,7 +10,7 @@ states and applies.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import urlsplit
 
 from workers.core.clock import Clock
@@ -52,6 +52,7 @@ class ShareTaker:
         self._exchange = exchange
         self._clock = clock
         self._last: Share | None = None  # the part taken at the last look
+        self._seen: dict[int, tuple[float, int]] = {}  # each other run's (since, completed)
 
     def claim(self) -> Claim:
         """What the run states now (see ``demand``)."""
@@ -67,6 +68,7 @@ class ShareTaker:
             level=controller.level,
             ceiling=controller.ceiling,
             footprint=self._orchestrator.footprint.tokens,
+            completed=controller.completed,
         )
 
     def demand(self) -> int:
@@ -93,6 +95,7 @@ class ShareTaker:
                 most=share.most,
                 others_inflight=share.others_inflight,
                 others_may_hold=share.others_may_hold,
+                borrowed=share.borrowed,
                 terms=tuple(
                     (c.run_id, c.weight, c.priority)
                     for c in sorted(found, key=lambda c: c.run_id)
@@ -100,11 +103,27 @@ class ShareTaker:
                 ),
             )
         detail = self._detail(share, found)
-        decisions = self._controller.share(part, now=self._clock.now(), detail=detail)
+        now = self._clock.now()
+        decisions = self._controller.share(part, now=now, detail=detail)
+        if share is not None:
+            others = (c for c in found if c.run_id in share.runs[1:])
+            decisions += self._controller.others_completed(self._newly_completed(others), now=now)
         for decision in decisions:
             self._orchestrator.loop.command(decision)
         self._last = share
         return share
+
+    def _newly_completed(self, others: Iterable[Claim]) -> int:
+        """Episodes the other runs completed since their last claims this run saw; nothing
+        for a run first seen, or under a new host (its count starts again)."""
+        newly, seen = 0, {}
+        for claim in others:
+            since, completed = self._seen.get(claim.run_id, (claim.since, claim.completed))
+            if since == claim.since:
+                newly += max(0, claim.completed - completed)
+            seen[claim.run_id] = (claim.since, claim.completed)
+        self._seen = seen
+        return newly
 
     def set_terms(self, weight: float | None, priority: int | None) -> Decision:
         """An operator's new share and/or priority: stated from the next look on, where the

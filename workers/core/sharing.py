@@ -11,7 +11,9 @@ hosted longest after it leads on from the level the pool was at.
 
 The parts go by priority, highest first, and within a priority by weight (``share``), each
 run getting no more than it has to run now (its demand) while another wants more: a share a
-run does not use is lent, and comes back as soon as its demand does. What no run wants is
+run does not use is lent, and comes back as soon as its demand does. So is what a run has
+not filled of its part yet (a run that just joined): the runs it displaces come down as it
+fills. What no run wants is
 spread by weight, so the parts always add up to the level. Each run gets at least one episode
 (a run with nothing in flight could never show it has work). A share is of the engines' KV
 cache, not of episodes: each run states the KV one of its episodes holds on average (its
@@ -31,6 +33,10 @@ from dataclasses import dataclass
 # one between shares is more than any split a person means; priorities are ranks, not sizes.
 SHARE_RANGE = (1e-3, 1e3)
 PRIORITY_RANGE = (-100, 100)
+# A run that holds less than 90 % of its part is still filling it: what it lacks is lent to
+# the runs that hold theirs. A run that holds its part gives or takes a group of episodes
+# from look to look, and that is no reason to move the others.
+FILLING = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,7 @@ class Claim:
     ceiling: int | None = None  # its part at its last look; None while it was alone
     footprint: float | None = None  # KV tokens one of its episodes holds on average; None:
     # not measured yet (no episode finished), taken as the pool's mean
+    completed: int = 0  # episodes it completed under its current host: the leader counts them
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,7 @@ class Share:
     leader: int  # the run whose controller sizes the pool
     runs: tuple[int, ...]  # the runs in the pool, this one first
     most: int  # the highest level the pool may have: its runs' max_inflight, summed
+    borrowed: int = 0  # held beyond its part while runs that fill theirs have not yet
     others_inflight: int = 0  # episodes the other runs hold in flight
     others_may_hold: int = 0  # ...or may hold by their parts, if more: their claims lag
 
@@ -103,18 +111,41 @@ def arbitrate(run_id: int, claims: Sequence[Claim]) -> Share | None:
     if len(pool) == 1:
         return None
     leader = leader_of(pool)
-    given = ceilings(pool, int(leader.level))
+    parts = ceilings(pool, int(leader.level))
+    borrowed = _borrowed(pool, parts)
     others = pool[1:]
     return Share(
         run_id,
-        given[run_id],
+        parts[run_id],
         leader.level,
         leader.run_id,
         tuple(c.run_id for c in pool),
         most=sum(c.max_inflight for c in pool),
+        borrowed=borrowed[run_id],
         others_inflight=sum(c.inflight for c in others),
-        others_may_hold=sum(max(c.inflight, given[c.run_id]) for c in others),
+        others_may_hold=sum(max(c.inflight, parts[c.run_id] + borrowed[c.run_id]) for c in others),
     )
+
+
+def _borrowed(pool: Sequence[Claim], parts: dict[int, int]) -> dict[int, int]:
+    """What each run holds beyond its part of what the runs still filling theirs have not
+    taken yet (more than ``FILLING`` short of it), split by weight between the runs that hold
+    theirs and want more. A run that joins, or one of higher priority, fills its part at its
+    dispatcher's pace; the runs it displaces come down as it fills, not at once, which would
+    leave the engines idle meanwhile and hand the leader a pool it never chose."""
+    weights = _kv_weights(pool)
+    borrowed = dict.fromkeys(parts, 0.0)
+    filling = [c for c in pool if c.inflight < FILLING * parts[c.run_id]]
+    holding = [c for c in pool if c not in filling and c.demand > parts[c.run_id]]
+    total = sum(weights[c.run_id] for c in holding)
+    for lender in filling:
+        for borrower in holding:
+            share = weights[borrower.run_id] / total
+            borrowed[borrower.run_id] += (parts[lender.run_id] - lender.inflight) * share
+    return {
+        c.run_id: min(int(borrowed[c.run_id]), c.demand - parts[c.run_id]) if c in holding else 0
+        for c in pool
+    }
 
 
 def _kv_weights(pool: Sequence[Claim]) -> dict[int, float]:

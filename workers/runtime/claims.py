@@ -28,6 +28,7 @@ def exchange(run_id: int, owner: str, claim: Claim) -> list[Claim]:
         "level": claim.level,
         "ceiling": claim.ceiling,
         "footprint": claim.footprint,
+        "completed": claim.completed,
         "updated_at": now,
     }
     kept = PoolClaim.objects.filter(run_id=run_id, owner=owner).update(**fields)

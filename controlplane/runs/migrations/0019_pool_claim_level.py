@@ -40,6 +40,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name="poolclaim",
+            name="completed",
+            field=models.PositiveIntegerField(default=0),
+        ),
+        migrations.AddField(
+            model_name="poolclaim",
             name="owner",
             field=models.CharField(default="", max_length=200),
             preserve_default=False,

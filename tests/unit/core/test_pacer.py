@@ -98,6 +98,25 @@ def test_the_knee_is_forgotten_after_20_turnovers() -> None:
     assert "knee" not in at_21.figures
 
 
+def test_a_knee_held_a_whole_epoch_with_the_cache_short_and_no_preemption_is_dropped() -> None:
+    def after_an_epoch_at_the_knee(kv: float, preemptions: int = 0) -> PacerPolicy:
+        policy = PacerPolicy()
+        step(policy, pool(inflight=200, level=200.0), preemptions=2)  # knee 200: ceiling 180
+        for turnover, at in ((1.0, 5.0), (1.5, 10.0), (1.9, 15.0), (2.0, 20.0)):
+            held = pool(level=180.0, inflight=178, turnover=turnover)
+            step(policy, held, at=at, kv=kv, preemptions=preemptions if at == 10.0 else 0)
+        return policy
+
+    assert after_an_epoch_at_the_knee(kv=0.7)._knee is None  # 180 fill 70 %: 200 was no knee
+    assert after_an_epoch_at_the_knee(kv=0.86)._knee == 200.0  # near the target: a true knee
+    assert after_an_epoch_at_the_knee(kv=0.7, preemptions=1)._knee == 178.0  # cut again there
+    under = PacerPolicy()
+    step(under, pool(inflight=200, level=200.0), preemptions=2)
+    for turnover in (1.0, 1.5, 2.0):  # a pool well under the ceiling tests nothing
+        step(under, pool(level=120.0, inflight=120, turnover=turnover), kv=0.5)
+    assert under._knee == 200.0
+
+
 def test_growth_reads_the_highest_kv_of_the_last_3_polls() -> None:
     """A real vLLM engine under load once reported 0 running and KV 0 on one scrape: that
     poll alone must not license slow start."""

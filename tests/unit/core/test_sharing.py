@@ -67,6 +67,18 @@ def test_a_share_not_used_is_lent_and_comes_back_with_its_owners_demand() -> Non
     assert ceilings(nobody_wants_it, 200) == {1: 95, 2: 105}  # spread by weight, all of it
 
 
+def test_what_a_run_filling_its_part_lacks_is_held_meanwhile_by_the_runs_it_displaces() -> None:
+    holding, joining = claim(1, inflight=200, level=200.0), claim(2, inflight=10)
+    first, second = arbitrate(1, [holding, joining]), arbitrate(2, [holding, joining])
+    assert first is not None and second is not None
+    assert (first.ceiling, first.borrowed, second.ceiling, second.borrowed) == (100, 90, 100, 0)
+    assert first.fraction == 0.5  # the part; what it borrows comes down as run 2 fills
+    filled = arbitrate(1, [claim(1, inflight=110), claim(2, inflight=92)])
+    assert filled is not None and filled.borrowed == 0  # run 2 within 10 % of its part
+    idle = arbitrate(1, [claim(1, inflight=100, demand=100), claim(2, inflight=10)])
+    assert idle is not None and idle.borrowed == 0  # run 1 wants no more than its part
+
+
 def test_a_higher_priority_is_served_first() -> None:
     pool = [claim(1, priority=1, demand=150), claim(2), claim(3)]
     assert ceilings(pool, 200) == {1: 150, 2: 25, 3: 25}
@@ -74,8 +86,12 @@ def test_a_higher_priority_is_served_first() -> None:
     assert ceilings(greedy, 200) == {1: 199, 2: 1}  # never 0: a run must be able to show work
 
 
-def part(fraction: float, *, leads: bool, level: float = 200.0, others: int = 0) -> PoolPart:
-    return PoolPart(fraction, leads, level, 2000, others_inflight=others, others_may_hold=others)
+def part(
+    fraction: float, *, leads: bool, level: float = 200.0, others: int = 0, **extra: object
+) -> PoolPart:
+    return PoolPart(
+        fraction, leads, level, 2000, others_inflight=others, others_may_hold=others, **extra
+    )  # type: ignore[arg-type]
 
 
 def alone_at(level: int, policy: object = None) -> Controller:
@@ -129,6 +145,34 @@ def test_the_leader_grows_the_pool_while_the_pool_binds_though_its_own_part_is_i
 
     assert grown(0) == 100.0  # the pool of 10 does not bind a level of 100
     assert grown(80) > 100.0  # with the others' 80 it does
+
+
+def test_the_leader_counts_the_other_runs_completions_in_the_pools_turnover() -> None:
+    ctl = alone_at(100, PacerPolicy())
+    ctl.share(part(0.01, leads=True, level=100.0, others=99), now=1.0, detail="")
+    ctl.on_poll([sample("e0", kv=0.3)], inflight=1, now=5.0)
+    ctl.others_completed(50, now=6.0)  # half the pool turned over, none of it its own
+    assert ctl.make_stats(6.0).turnover == pytest.approx(0.5)
+    assert ctl.level > 100.0  # and the pool grew for it
+    follower = alone_at(100)
+    follower.share(part(0.5, leads=False, level=100.0, others=50), now=1.0, detail="")
+    assert follower.others_completed(50, now=2.0) == ()
+    assert (follower.make_stats(2.0).turnover, follower.level) == (0.0, 100.0)
+
+
+def test_a_part_moved_by_less_than_5_percent_is_not_taken_while_the_pool_is_the_same() -> None:
+    terms = ((1, 1.0, 0), (2, 1.0, 0))
+    ctl = alone_at(200)
+    ctl.share(part(0.5, leads=True, terms=terms), now=1.0, detail="")
+    assert ctl.share(part(0.52, leads=True, terms=terms), now=2.0, detail="") == ()
+    assert ctl.cap == 100
+    (moved,) = ctl.share(part(0.6, leads=True, terms=terms), now=3.0, detail="")
+    assert moved.cap_after == 120
+    new_terms = ((1, 1.0, 0), (2, 1.1, 0))  # an operator's share: taken whatever its size
+    (taken,) = ctl.share(part(0.58, leads=True, terms=new_terms), now=4.0, detail="")
+    assert taken.cap_after == 116
+    (lent,) = ctl.share(part(0.58, leads=True, terms=new_terms, borrowed=3), now=5.0, detail="")
+    assert lent.cap_after == 119  # what it borrows is taken as it is
 
 
 def test_a_run_left_alone_holds_the_whole_level_at_once() -> None:

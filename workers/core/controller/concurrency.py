@@ -80,6 +80,7 @@ class Controller:
         self.config = config
         self.policy = policy
         self._part: PoolPart | None = None  # its part of a pool other runs share
+        self._completed = 0  # episodes completed with tokens, since it was made
         self._level = self._bounded(float(config.initial_inflight or config.min_inflight))
         self._bootstrapped = False
         self._start = StartCap(config)
@@ -233,27 +234,53 @@ class Controller:
         return (self._moment(now).policy_record(kind, cause, text, before=before, shed=shed),)
 
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
-        """One episode finished; it may grow the cap (in a pool of shared engines, the
-        leader grows the pool's level by its policy's rate per turnover of its own episodes;
-        a run that follows grows nothing)."""
-        n = completion.pool
+        """One episode finished; it may grow the cap. The pool's leader counts it as one of
+        the pool's episodes (``others_completed`` brings the other runs')."""
         self._freshness.start(now)
-        self._inflight = n - 1
-        self._turnover += 1.0 / n
+        self._inflight = completion.pool - 1
+        ok = completion.ok and completion.tokens > 0
+        self._completed += ok
         out: tuple[Decision, ...] = ()
         if self._overrides.due(now) or self._freshness.stalled(now):
             out = self._record_growth(now) + self._expire_pin(now) + self._check_stall(now)
-        if not self._may_grow(completion, now):
-            return out
+        return out + self._turn(1, completion.pool + self._others_counted(), now, grows=ok)
+
+    def others_completed(self, count: int, *, now: float) -> tuple[Decision, ...]:
+        """``count`` episodes the other runs sharing the engines completed since the last look
+        (their claims say): for the pool's leader, part of the pool's turnover, and of its
+        growth as its own are, however few of the pool's episodes it holds itself."""
+        check_inflight(count)
+        if not count or self._part is None or not self._part.leads:
+            return ()
+        return self._turn(count, self._inflight + self._part.others_inflight, now, grows=True)
+
+    @property
+    def completed(self) -> int:
+        """Episodes it completed with tokens, since it was made: its claim says so."""
+        return self._completed
+
+    def _turn(self, count: int, pool: int, now: float, *, grows: bool) -> tuple[Decision, ...]:
+        """``count`` completions out of a pool of ``pool`` episodes: the turnover advances by
+        their part of it, and the level grows by the policy's rate for that part."""
+        turnovers = count / max(1, pool)
+        self._turnover += turnovers
+        if not (grows and self._may_grow(pool, now)):
+            return ()
         before = self._policy_cap()
-        grown = self._level * self._growth ** self._licensed(1.0 / n)
+        grown = self._level * self._growth ** self._licensed(turnovers)
         ceiling = None if self._reading is None else self._reading.ceiling
         if ceiling is not None:
             grown = min(grown, max(self._level, ceiling))
         self._level = self._bounded(grown)
         if self._policy_cap() != before and self._grow_log.grew(before):
-            out += self._record_growth(now)
-        return out
+            return self._record_growth(now)
+        return ()
+
+    def _others_counted(self) -> int:
+        """The other runs' episodes in the pool the leader turns over; none for the others,
+        whose turnover is their own episodes' (a follower's level is the leader's)."""
+        part = self._part
+        return part.others_inflight if part is not None and part.leads else 0
 
     def _licensed(self, turnovers: float) -> float:
         """The part of these turnovers that the last poll's evidence still covers."""
@@ -403,19 +430,16 @@ class Controller:
             kind, cause, detail, before=before, shed=shed, alert=pinned and cut
         )
 
-    def _may_grow(self, completion: EpisodeCompletion, now: float) -> bool:
+    def _may_grow(self, pool: int, now: float) -> bool:
         """The binding check reads the pool: a leader whose own part is idle still grows the
         level the other runs fill."""
-        others = 0 if self._part is None else self._part.others_inflight
         return (
             self._bootstrapped
             and not self._following
             and not self._drain.holding
             and self._freshness.fresh(now)
             and self._growth > 1.0
-            and completion.ok
-            and completion.tokens > 0
-            and completion.pool + others >= self.config.binding_fraction * self._level_cap()
+            and pool >= self.config.binding_fraction * self._level_cap()
         )
 
     def _expire_pin(self, now: float) -> tuple[Decision, ...]:

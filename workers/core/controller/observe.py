@@ -66,6 +66,13 @@ class ObserveOnly:
     def share(self, part: PoolPart | None, *, now: float, detail: str) -> tuple[Decision, ...]:
         return self._observed(self._inner.share(part, now=now, detail=detail))
 
+    @property
+    def completed(self) -> int:
+        return self._inner.completed
+
+    def others_completed(self, count: int, *, now: float) -> tuple[Decision, ...]:
+        return self._observed(self._inner.others_completed(count, now=now))
+
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
         return self._observed(self._inner.on_completion(completion, now=now))
 

@@ -25,6 +25,9 @@ from workers.core.validation import (
 )
 
 HOLD_TURNOVERS = 1.0  # after a flat probe, grow again only after one epoch at the frontier
+# A pool within a group of the knee's ceiling (at 100 or so: 5 %) is held by it, for the test
+# that disproves the knee (``PacerPolicy._test_knee``).
+KNEE_HELD = 0.95
 
 
 class PacerPolicy:
@@ -98,6 +101,9 @@ class PacerPolicy:
         self._frontier: float | None = None  # the largest pool shown to pay past the KV target
         self._frontier_turnover = 0.0
         self._settling = False  # a flat epoch trimmed the cap to the frontier; the pool drains
+        self._knee_epoch: int | None = None  # the epoch the knee is being tested over
+        self._knee_clear = False  # ...whether every poll of it held the pool at the knee clear
+        self._knee_kv: list[float] = []  # ...and the KV usage of its polls
         self._last: tuple[Overload, PollSummary, Signal, Cause] | None = None
 
     def read(self, poll: PollSummary, pool: PoolView) -> Reading:
@@ -107,6 +113,7 @@ class PacerPolicy:
         self._trim_rest.tick()
         if self._knee is not None and self._forgotten(self._knee_turnover, pool):
             self._knee = None
+        self._test_knee(poll, pool)
         if self._frontier is not None and self._forgotten(self._frontier_turnover, pool):
             self._frontier = None
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
@@ -179,6 +186,28 @@ class PacerPolicy:
             self._knee = None
             self._frontier = max(self._frontier or 0.0, probe.larger_paid.inflight)
             self._frontier_turnover = pool.turnover
+
+    def _test_knee(self, poll: PollSummary, pool: PoolView) -> None:
+        """A knee is disproved by a whole epoch held at its ceiling with the engines clear:
+        no preemption, and KV under the cruise line on average (a pool just under a true
+        knee runs its cache near the target). The overload that set it
+        came from the pool's make-up then (a burst of long episodes, runs sharing the
+        engines changing hands), not from its size, and a knee kept for
+        ``knee_memory_turnovers`` would hold the pool under what the engines take."""
+        ceiling = self._ceiling()
+        epoch = math.floor(pool.turnover)
+        if ceiling is None:
+            self._knee_epoch = None
+            return
+        if epoch != self._knee_epoch:
+            kv = self._knee_kv
+            if self._knee_clear and kv and sum(kv) / len(kv) < self.config.cruise_kv_usage:
+                self._knee = self._knee_epoch = None
+                return
+            self._knee_epoch, self._knee_clear, self._knee_kv = epoch, True, []
+        self._knee_kv.append(poll.max_kv_usage)
+        held = pool.inflight >= KNEE_HELD * ceiling
+        self._knee_clear = self._knee_clear and held and poll.preemptions == 0
 
     def _excused(self, pool: PoolView) -> bool:
         """Preemptions are excused while a larger pool still pays, or with the cap at a pool
