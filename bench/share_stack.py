@@ -12,7 +12,8 @@ detail, its decisions and the pools) and at the engines (their ``/metrics``):
   second over the last half of that;
 - together: a second run of the same config for ``--together`` seconds: how soon after its
   start the two hold shares of the pool's episodes within 10 % of equal (averaged over 30 s,
-  held for 60 s), in seconds and in the second run's turnovers (its controller's figure);
+  held for 60 s), in seconds and in turnovers of the pool (as the demo run, which sizes it,
+  counts them in its decisions' figures);
   Jain's index of their mean shares from then on; the pool's rate over the last half of the
   window against the demo's alone;
 - priority: a third run of the same config at priority 1 for ``--priority`` seconds: when its
@@ -44,6 +45,7 @@ from bench.virtual.share import EQUAL_WITHIN, HOLD_S, SMOOTH_S, jain
 from inference.metrics.parse import parse_exposition
 
 LOOK_S = 2.0
+RAMP_S = 60.0  # the priority run's ramp: its dispatcher admits a tenth of its part per 5 s
 QUICK_START_KV_TOKENS = 65536  # scripts/run's PACER_SIM_KV_TOKENS
 
 
@@ -52,7 +54,6 @@ class RunLook:
     inflight: int
     cap: int
     ceiling: int | None  # its part, from the pools API; None while alone
-    turnover: float  # its controller's, from its newest decision
 
 
 @dataclass
@@ -73,8 +74,18 @@ class Watch:
     looks: list[Look] = field(default_factory=list)
     live: list[int] = field(default_factory=list)
     _decision_ids: dict[int, int] = field(default_factory=dict)
-    _turnovers: dict[int, float] = field(default_factory=dict)
     shares: dict[int, list[tuple[float, str]]] = field(default_factory=dict)
+    turnover_log: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def turnovers(self, run_id: int, start: float, end: float) -> float:
+        """Turnovers ``run_id``'s controller counted between ``start`` and ``end``, from its
+        decisions' figures (the last each side of either time)."""
+        log = self.turnover_log.get(run_id, [])
+
+        def at(t: float) -> float:
+            return max((turnover for when, turnover in log if when <= t), default=0.0)
+
+        return at(end) - at(start)
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -87,9 +98,8 @@ class Watch:
             detail = self.api.get(f"/api/runs/{run_id}/").raise_for_status().json()
             self._read_decisions(run_id)
             train, evals = detail.get("inflight_train") or 0, detail.get("inflight_eval") or 0
-            turnover = self._turnovers.get(run_id, 0.0)
             cap = int(detail.get("cap") or 0)
-            runs[run_id] = RunLook(int(train + evals), cap, parts.get(run_id), turnover)
+            runs[run_id] = RunLook(int(train + evals), cap, parts.get(run_id))
         tokens = preemptions = 0.0
         for url in self.engines:
             text = httpx.get(f"{url}/metrics", timeout=5).raise_for_status().text
@@ -111,7 +121,7 @@ class Watch:
                 self._decision_ids[run_id] = row["id"]
                 turnover = (row.get("figures") or {}).get("turnover")
                 if turnover is not None:
-                    self._turnovers[run_id] = float(turnover)
+                    self.turnover_log.setdefault(run_id, []).append((self.now(), float(turnover)))
                 if row["kind"] == "share":
                     self.shares.setdefault(run_id, []).append((self.now(), row["reason"]))
             if not rows or not isinstance(found, dict) or not found.get("next"):
@@ -192,9 +202,11 @@ def main() -> None:
     parser.add_argument("--priority", type=float, default=150.0)
     parser.add_argument("--after", type=float, default=60.0)
     args = parser.parse_args()
-    for name in ("alone", "together", "priority", "after"):
+    for name in ("alone", "together", "after"):
         if getattr(args, name) < 30:
             parser.error(f"--{name} must be at least 30 s")
+    if args.priority < RAMP_S:
+        parser.error(f"--priority must be at least {RAMP_S:g} s")
     kv = ("--kv-tokens", str(QUICK_START_KV_TOKENS))
     with pacer_stack(2, worker_concurrency=4, database="sqlite", engine_args=kv) as stack:
         report(stack, args)
@@ -220,10 +232,11 @@ def report(stack: Stack, args: argparse.Namespace) -> None:
         print(f"runs {first} and {second}: never within 10 % of equal shares")
         window_start = joined
     else:
-        turns = _nearest(watch, at).runs[second].turnover
+        turns = watch.turnovers(first, joined, at)
         print(
             f"runs {first} and {second}: within 10 % of equal shares {at - joined:.0f} s after "
-            f"the second's start ({turns:.1f} of its turnovers)"
+            f"the second's start ({turns:.1f} turnovers of the pool, as run {first}, which "
+            "sizes it, counts them)"
         )
         window_start = at
     window = [look for look in watch.looks if look.at >= window_start]
@@ -269,6 +282,12 @@ def report(stack: Stack, args: argparse.Namespace) -> None:
         f"{last.runs[urgent].ceiling}, theirs {last.runs[first].ceiling} / "
         f"{last.runs[second].ceiling}; preemptions in its {args.priority:g} s {during:,.0f} "
         f"(in as long before: {before_preemptions:,.0f})"
+    )
+    ramp = rate(watch.looks, came, came + RAMP_S)
+    before = rate(watch.looks, came - RAMP_S, came)
+    print(
+        f"  pool {ramp:,.0f} tokens/s in its first {RAMP_S:g} s ({ramp / before:.3f} of the "
+        f"{before:,.0f} in as long before)"
     )
 
     held = sum(run.inflight for run in last.runs.values())

@@ -146,7 +146,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             # An engine's removal is "<engines><name>/remove/".
             "engines": reverse("api:run-engines", args=[run.pk]),
             "share": reverse("api:run-share", args=[run.pk]),
+            "pools": reverse("api:pool-list"),
         },
+        "pools_page": reverse("dashboard:pools"),
         "signin": reverse("dashboard:signin"),
     }
     context = {

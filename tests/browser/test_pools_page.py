@@ -106,6 +106,12 @@ def test_two_sharing_runs_show_in_one_pool_and_an_operator_changes_a_share(
         ceilings = page.evaluate("() => Array.from(window.pacerPlots.cap.data[5])")
         assert [v for v in ceilings if v is not None] == [200, 120], ceilings
         assert page.evaluate("() => window.pacerPlots.cap.series[5].label") == "pool ceiling"
+        train = sharing_runs[0]
+        expect(page.locator("#pool-line")).to_have_text(
+            f"Engines shared: this run holds 110 of its part 120; run {train.pk} (train) holds "
+            f"170 of its part 180. The pool's level is {CAPACITY}, sized by run {train.pk}. "
+            "See the pools."
+        )
 
         page.fill("#share-weight", "0")
         page.click("#share-set")

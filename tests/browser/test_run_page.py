@@ -106,6 +106,12 @@ def test_the_cap_chart_and_the_timeline_move_live(
     assert {v for v in kv[-3] if v is not None} == {0.92}  # the policy's default trim line
     expect(page.locator("#engine-table tbody tr")).to_have_count(2)
     expect(page.locator("#engine-table .health-up").first).to_be_visible()
+    page.wait_for_function(  # the run's own episodes on its engines, from the live polls
+        """() => [...document.querySelectorAll("#engine-table td.this-run")]
+            .reduce((total, td) => total + (Number(td.textContent) || 0), 0) > 0""",
+        timeout=20_000,
+    )
+    expect(page.locator("#pool-line")).to_be_hidden()  # it shares its engines with no run
     rows = page.locator("#timeline tbody tr").count()
     page.select_option("#timeline-kind", "bootstrap")
     expect(page.locator("#timeline tbody tr:visible")).to_have_count(1)

@@ -93,6 +93,7 @@ export function renderEngines({
         [version.text, version.className],
         [pct(e.kv_usage), "num"],
         [e.running ?? "–", "num"],
+        [e.inflight_train === undefined ? "–" : e.inflight_train + e.inflight_eval, "num this-run"],
         [e.waiting_capacity ? `${e.waiting} (${e.waiting_capacity} for KV)` : (e.waiting ?? "–"), "num"],
         [limit ? `${limit}${overBatchLimit ? " ⚠" : ""}` : "–", `num${overBatchLimit && limit ? " warn" : ""}`],
       ];

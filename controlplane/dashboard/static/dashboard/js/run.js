@@ -8,6 +8,7 @@ import * as charts from "./charts.js";
 import { EnginePanel, Membership, renderEngines } from "./engines.js";
 import { LiveSocket } from "./live.js";
 import { OverridePanel } from "./overrides.js";
+import { PoolLine } from "./pool_line.js";
 import { TimeRows, seconds } from "./series.js";
 import { SharePanel } from "./share.js";
 import { Timeline } from "./timeline.js";
@@ -264,6 +265,7 @@ function showState(state, error) {
   panel.disable(`This run has ended (${state}): it takes no more commands.`);
   enginePanel?.disable();
   sharePanel?.disable();
+  poolLine.stop();
   setStatus("ended");
   socket.stop();
 }
@@ -341,6 +343,8 @@ function setStatus(status, delay) {
 }
 
 showEngines();
+const poolLine = new PoolLine({ url: page.api.pools, runId: page.run, box: $("pool-line"), link: page.pools_page });
+poolLine.start();
 const socket = new LiveSocket(page.websocket, {
   onOpen: () => {
     metrics.opens += 1;
