@@ -166,7 +166,11 @@ class ShareTaker:
         )
         weights = ", ".join(f"run {c.run_id} x{c.weight:g} p{c.priority}" for c in others)
         level = f"{share.level:.0f}"
-        if last is not None and last.leader == share.leader and int(last.level) != int(share.level):
+        if (
+            last is not None
+            and last.leader == share.leader
+            and round(last.level) != round(share.level)
+        ):
             level = f"{last.level:.0f} -> {level}"
         sizer = "this run" if share.leader == self.run_id else f"run {share.leader}"
         return (
