@@ -35,8 +35,9 @@ from workers.core.orchestrator.relay import EngineWeights
 from workers.core.samples import EngineRole, LoadSample
 
 ADAPTIVE = ("reference", "pacer", "gradient2")
-POOL_KINDS = frozenset(
+POOL_KINDS = frozenset(  # decisions about the run's engines and the pool it shares, kept
     {
+        DecisionKind.BOOTSTRAP,  # in a pool: its start at its part of the pool
         DecisionKind.RESCALE,
         DecisionKind.ENGINE_JOIN,
         DecisionKind.ENGINE_DRAIN,

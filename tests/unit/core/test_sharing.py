@@ -107,13 +107,16 @@ def test_a_run_that_joins_a_pool_follows_its_level_and_holds_its_part() -> None:
     ctl = Controller(ControllerConfig(max_inflight=500), PacerPolicy())  # not bootstrapped yet
     (joined,) = ctl.share(part(0.5, leads=False, level=216.0), now=1.0, detail="run 1 leads")
     assert (joined.kind, joined.cause, joined.cap_after, ctl.cap, ctl.level) == (
-        DecisionKind.SHARE,
-        Cause.SHARE,
+        DecisionKind.BOOTSTRAP,  # its start, as a run alone's is its derived cap
+        Cause.START,
         108,
         108,
         216.0,
     )
-    reason = "Increased concurrency 1 -> 108 (share): run 1 leads: ceiling none -> 108"
+    reason = (
+        "Increased concurrency 1 -> 108 (start): started at its part of the pool: "
+        "run 1 leads: ceiling none -> 108"
+    )
     assert joined.reason == reason
     assert joined.figures["ceiling"] == 108  # the run page's ceiling line
     polled = ctl.on_poll([sample("e0", kv=0.1)], inflight=108, now=5.0)

@@ -205,7 +205,8 @@ class Controller:
     def share(self, part: PoolPart | None, *, now: float, detail: str) -> tuple[Decision, ...]:
         """Its part of the pool of engines other runs share (``workers.core.sharing``), None
         when no other run shares them. A run that follows the pool's leader takes the
-        leader's level as its own (it starts there: it does not bootstrap); the leader keeps
+        leader's level as its own (it starts there, and that is its ``bootstrap``: it derives
+        no start cap of its own); the leader keeps
         sizing the level itself. A fraction within ``SHARE_CHANGE`` of the one in force is not
         taken while the pool's runs, terms and leader stay the same (``PoolPart.after``). The
         cap becomes the part at once: a run whose part fell stops admitting and lets its
@@ -217,6 +218,7 @@ class Controller:
         if part is not None and was is not None:
             part = was.after(part)
         self._part = part
+        starts = part is not None and not part.leads and not self._bootstrapped
         if part is not None and not part.leads:
             self._level, self._bootstrapped = part.level, True
         self._level = self._bounded(self._level)
@@ -231,6 +233,9 @@ class Controller:
         text = f"{detail}: ceiling {_said(None if was is None else before)} -> "
         text += _said(None if part is None else after)
         kind, cause = DecisionKind.SHARE, Cause.SHARE
+        if starts:  # its start, as a run alone starts with the cap it derives
+            kind, cause = DecisionKind.BOOTSTRAP, Cause.START
+            text = f"started at its part of the pool: {text}"
         return (self._moment(now).policy_record(kind, cause, text, before=before, shed=shed),)
 
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
