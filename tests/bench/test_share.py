@@ -85,7 +85,8 @@ def test_two_equal_runs_on_shared_engines_both_get_a_share(shared: PoolOutcome) 
     assert together and all(len(p.runs) == 2 for p in together)
     for point in together:
         ceilings = [r.ceiling for r in point.runs]
-        assert all(c is not None and c >= 8 for c in ceilings), (point.at, ceilings)
+        assert None not in ceilings and min(ceilings) >= 4, (point.at, ceilings)
+        assert min(ceilings) >= 0.8 * max(ceilings), (point.at, ceilings)  # type: ignore[type-var]
     held = [[r.inflight for r in p.runs] for p in together]
     assert min(min(pair) for pair in held) >= 4, held
     shares = [

@@ -95,7 +95,7 @@ class ShareTaker:
                 most=share.most,
                 others_inflight=share.others_inflight,
                 others_may_hold=share.others_may_hold,
-                borrowed=share.borrowed,
+                held_back=share.held_back,
                 terms=tuple(
                     (c.run_id, c.weight, c.priority)
                     for c in sorted(found, key=lambda c: c.run_id)

@@ -11,13 +11,16 @@ hosted longest after it leads on from the level the pool was at.
 
 The parts go by priority, highest first, and within a priority by weight (``share``), each
 run getting no more than it has to run now (its demand) while another wants more: a share a
-run does not use is lent, and comes back as soon as its demand does. So is what a run has
-not filled of its part yet (a run that just joined): the runs it displaces come down as it
-fills. What no run wants is
-spread by weight, so the parts always add up to the level. Each run gets at least one episode
-(a run with nothing in flight could never show it has work). A share is of the engines' KV
-cache, not of episodes: each run states the KV one of its episodes holds on average (its
-footprint), and a run whose episodes hold twice as much gets half as many at the same weight.
+run does not use is lent, and comes back as soon as its demand does. A run that has not
+filled its part yet (one that just joined, or one of higher priority) takes it as the runs it
+displaces free it: it is held back to the pool's free room, and the others, held to their
+parts, admit nothing while they finish what they hold beyond them. So the pool holds no more
+than its level through the change, where taking a part at once on a full pool is a
+preemption storm. What no run wants is spread by weight, so the parts always add up to the
+level. Each run gets at least one episode (a run with nothing in flight could never show it
+has work). A share is of the engines' KV cache, not of episodes: each run states the KV one
+of its episodes holds on average (its footprint), and a run whose episodes hold twice as
+much gets half as many at the same weight.
 
 Every host states its run's claim and computes every part from the same claims with this rule,
 so no single process arbitrates. Pure: claims in, parts out. A run alone on its engines has no
@@ -33,9 +36,9 @@ from dataclasses import dataclass
 # one between shares is more than any split a person means; priorities are ranks, not sizes.
 SHARE_RANGE = (1e-3, 1e3)
 PRIORITY_RANGE = (-100, 100)
-# A run that holds less than 90 % of its part is still filling it: what it lacks is lent to
-# the runs that hold theirs. A run that holds its part gives or takes a group of episodes
-# from look to look, and that is no reason to move the others.
+# A run that holds less than 90 % of its part is still filling it, and takes no more than the
+# pool's free room. A run that holds its part gives or takes a group of episodes from look to
+# look, and that is no reason to hold it back.
 FILLING = 0.9
 
 
@@ -68,7 +71,7 @@ class Share:
     leader: int  # the run whose controller sizes the pool
     runs: tuple[int, ...]  # the runs in the pool, this one first
     most: int  # the highest level the pool may have: its runs' max_inflight, summed
-    borrowed: int = 0  # held beyond its part while runs that fill theirs have not yet
+    held_back: int = 0  # of its part, what the runs it displaces have not freed yet
     others_inflight: int = 0  # episodes the other runs hold in flight
     others_may_hold: int = 0  # ...or may hold by their parts, if more: their claims lag
 
@@ -112,7 +115,7 @@ def arbitrate(run_id: int, claims: Sequence[Claim]) -> Share | None:
         return None
     leader = leader_of(pool)
     parts = ceilings(pool, int(leader.level))
-    borrowed = _borrowed(pool, parts)
+    held_back = _held_back(pool, parts)
     others = pool[1:]
     return Share(
         run_id,
@@ -121,31 +124,26 @@ def arbitrate(run_id: int, claims: Sequence[Claim]) -> Share | None:
         leader.run_id,
         tuple(c.run_id for c in pool),
         most=sum(c.max_inflight for c in pool),
-        borrowed=borrowed[run_id],
+        held_back=held_back[run_id],
         others_inflight=sum(c.inflight for c in others),
-        others_may_hold=sum(max(c.inflight, parts[c.run_id] + borrowed[c.run_id]) for c in others),
+        others_may_hold=sum(max(c.inflight, parts[c.run_id] - held_back[c.run_id]) for c in others),
     )
 
 
-def _borrowed(pool: Sequence[Claim], parts: dict[int, int]) -> dict[int, int]:
-    """What each run holds beyond its part of what the runs still filling theirs have not
-    taken yet (more than ``FILLING`` short of it), split by weight between the runs that hold
-    theirs and want more. A run that joins, or one of higher priority, fills its part at its
-    dispatcher's pace; the runs it displaces come down as it fills, not at once, which would
-    leave the engines idle meanwhile and hand the leader a pool it never chose."""
-    weights = _kv_weights(pool)
-    borrowed = dict.fromkeys(parts, 0.0)
-    filling = [c for c in pool if c.inflight < FILLING * parts[c.run_id]]
-    holding = [c for c in pool if c not in filling and c.demand > parts[c.run_id]]
-    total = sum(weights[c.run_id] for c in holding)
-    for lender in filling:
-        for borrower in holding:
-            share = weights[borrower.run_id] / total
-            borrowed[borrower.run_id] += (parts[lender.run_id] - lender.inflight) * share
-    return {
-        c.run_id: min(int(borrowed[c.run_id]), c.demand - parts[c.run_id]) if c in holding else 0
-        for c in pool
-    }
+def _held_back(pool: Sequence[Claim], parts: dict[int, int]) -> dict[int, int]:
+    """What each run still filling its part (more than ``FILLING`` short of it) may not take
+    yet: the pool's free room (its level less every run's episodes in flight) is split between
+    them by what they lack, and the rest of their parts waits for the runs holding more than
+    theirs to finish it. Taken at once, a priority run's part overloads the engines for as long
+    as the others' episodes run (a preemption storm on a full pool)."""
+    short = {c.run_id: parts[c.run_id] - c.inflight for c in pool}
+    filling = [c.run_id for c in pool if c.inflight < FILLING * parts[c.run_id]]
+    room = max(0, sum(parts.values()) - sum(c.inflight for c in pool))
+    lacking = sum(short[run] for run in filling)
+    held = dict.fromkeys(parts, 0)
+    for run in filling:
+        held[run] = max(0, short[run] - int(room * short[run] / lacking))
+    return held
 
 
 def _kv_weights(pool: Sequence[Claim]) -> dict[int, float]:

@@ -41,7 +41,7 @@ def test_the_pool_is_sized_by_the_run_hosted_on_it_longest() -> None:
     assert share is not None
     assert (share.leader, share.level, share.ceiling, share.runs) == (1, 216.0, 108, (1, 2))
     assert share.most == 2000 and share.fraction == 0.5
-    assert (share.others_inflight, share.others_may_hold) == (5, 108)  # run 2 may grow to 108
+    assert (share.others_inflight, share.others_may_hold) == (5, 16)  # run 2 may take the 11 free
     assert arbitrate(2, [claim(1, level=216.0), claim(2, level=4.0)]).ceiling == 108  # type: ignore[union-attr]
 
 
@@ -67,16 +67,22 @@ def test_a_share_not_used_is_lent_and_comes_back_with_its_owners_demand() -> Non
     assert ceilings(nobody_wants_it, 200) == {1: 95, 2: 105}  # spread by weight, all of it
 
 
-def test_what_a_run_filling_its_part_lacks_is_held_meanwhile_by_the_runs_it_displaces() -> None:
+def test_a_run_filling_its_part_takes_the_room_the_runs_it_displaces_free() -> None:
     holding, joining = claim(1, inflight=200, level=200.0), claim(2, inflight=10)
     first, second = arbitrate(1, [holding, joining]), arbitrate(2, [holding, joining])
     assert first is not None and second is not None
-    assert (first.ceiling, first.borrowed, second.ceiling, second.borrowed) == (100, 90, 100, 0)
-    assert first.fraction == 0.5  # the part; what it borrows comes down as run 2 fills
-    filled = arbitrate(1, [claim(1, inflight=110), claim(2, inflight=92)])
-    assert filled is not None and filled.borrowed == 0  # run 2 within 10 % of its part
-    idle = arbitrate(1, [claim(1, inflight=100, demand=100), claim(2, inflight=10)])
-    assert idle is not None and idle.borrowed == 0  # run 1 wants no more than its part
+    assert (first.ceiling, first.held_back, second.ceiling, second.held_back) == (100, 0, 100, 90)
+    assert second.fraction == 0.5  # the part; what is held back comes as run 1 frees it
+    freeing = arbitrate(2, [claim(1, inflight=150), claim(2, inflight=40)])
+    assert freeing is not None and freeing.held_back == 50  # 10 free: its cap 50 (40 + 10)
+    filled = arbitrate(2, [claim(1, inflight=110), claim(2, inflight=92)])
+    assert filled is not None and filled.held_back == 0  # within 10 % of its part
+    two = [claim(1, inflight=60), claim(2, inflight=20), claim(3, inflight=0)]
+    split = [arbitrate(run, two) for run in (2, 3)]  # 120 free, lacking 47 and 66
+    assert [s.held_back if s else None for s in split] == [0, 0]
+    crowded = [claim(1, inflight=150), claim(2, inflight=20), claim(3, inflight=0)]
+    shares = [arbitrate(run, crowded) for run in (2, 3)]  # 30 free, lacking 47 and 66
+    assert [s.held_back if s else None for s in shares] == [35, 49]  # 12 and 17 of the 30
 
 
 def test_a_higher_priority_is_served_first() -> None:
@@ -174,8 +180,8 @@ def test_a_part_moved_by_less_than_5_percent_is_not_taken_while_the_pool_is_the_
     new_terms = ((1, 1.0, 0), (2, 1.1, 0))  # an operator's share: taken whatever its size
     (taken,) = ctl.share(part(0.58, leads=True, terms=new_terms), now=4.0, detail="")
     assert taken.cap_after == 116
-    (lent,) = ctl.share(part(0.58, leads=True, terms=new_terms, borrowed=3), now=5.0, detail="")
-    assert lent.cap_after == 119  # what it borrows is taken as it is
+    (held,) = ctl.share(part(0.58, leads=True, terms=new_terms, held_back=3), now=5.0, detail="")
+    assert held.cap_after == 113  # what it is held back is taken as it is
 
 
 def test_a_run_left_alone_holds_the_whole_level_at_once() -> None:

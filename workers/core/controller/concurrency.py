@@ -110,9 +110,10 @@ class Controller:
 
     @property
     def ceiling(self) -> int | None:
-        """Its part of the pool of engines other runs share (the policy's cap there); None
-        while no other run shares them."""
-        return None if self._part is None else self._policy_cap()
+        """Its part of the pool of engines other runs share (the policy's cap there, once
+        the runs it displaces have freed it: ``PoolPart.held_back``); None while no other run
+        shares them."""
+        return None if self._part is None else self._within(self._part.of(self._level))
 
     @property
     def level(self) -> float:
@@ -232,6 +233,8 @@ class Controller:
         shed = max(0, self._inflight - after) if hard and acting else 0
         text = f"{detail}: ceiling {_said(None if was is None else before)} -> "
         text += _said(None if part is None else after)
+        if part is not None and part.held_back:
+            text += f" of its part {self.ceiling}, the rest as the runs it displaces free it"
         kind, cause = DecisionKind.SHARE, Cause.SHARE
         if starts:  # its start, as a run alone starts with the cap it derives
             kind, cause = DecisionKind.BOOTSTRAP, Cause.START
@@ -501,8 +504,10 @@ class Controller:
         part = self._part
         if part is None:
             return self._level_cap()
-        low, high = self.config.min_inflight, self.config.max_inflight
-        return min(high, max(low, part.cap(self._level)))
+        return self._within(part.cap(self._level))
+
+    def _within(self, cap: int) -> int:
+        return min(self.config.max_inflight, max(self.config.min_inflight, cap))
 
     def _bounded(self, level: float) -> float:
         low = float(self.config.min_inflight)

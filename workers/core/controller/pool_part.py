@@ -25,7 +25,7 @@ class PoolPart:
     others_inflight: int  # episodes the other runs hold in flight, by their claims
     others_may_hold: int  # ...or may hold by their parts, if more: their claims lag a look
     terms: tuple[tuple[int, float, int], ...] = ()  # each run's (id, share, priority)
-    borrowed: int = 0  # held beyond its part until the runs filling theirs take it back
+    held_back: int = 0  # of its part, what the runs it displaces have not freed yet
 
     def __post_init__(self) -> None:
         if not 0.0 < self.fraction <= 1.0:
@@ -35,15 +35,19 @@ class PoolPart:
         if min(self.others_inflight, self.others_may_hold) < 0:
             raise ValueError(f"other runs' episodes must be >= 0, got {self!r}")
 
+    def of(self, level: float) -> int:
+        """The run's part of ``level``, in whole episodes: its ceiling."""
+        return int(level * self.fraction + 1e-9)
+
     def cap(self, level: float) -> int:
-        """The run's part of ``level`` and what it borrows, in whole episodes."""
-        return int(level * self.fraction + 1e-9) + self.borrowed
+        """Its part of ``level`` less what it is held back: what it may hold now."""
+        return self.of(level) - self.held_back
 
     def after(self, new: PoolPart) -> PoolPart:
         """``new`` as it is taken while this part is in force: with this fraction kept when
         the pool is the same (runs, terms, leader) and the fraction moved by less than
-        ``SHARE_CHANGE``. What it borrows is taken as it is: it must shrink as fast as the
-        runs it was borrowed from fill their parts."""
+        ``SHARE_CHANGE``. What it is held back is taken as it is: it must shrink as fast as
+        the runs it displaces free their episodes."""
         same = self.terms == new.terms and self.leads == new.leads
         if same and abs(new.fraction - self.fraction) < SHARE_CHANGE * self.fraction:
             return replace(new, fraction=self.fraction)
