@@ -52,7 +52,8 @@ class ShareTaker:
         self._exchange = exchange
         self._clock = clock
         self._last: Share | None = None  # the part taken at the last look
-        self._seen: dict[int, tuple[float, int]] = {}  # each other run's (since, completed)
+        # Each other run's (since, completed, inflight) in the pool at the last look.
+        self._seen: dict[int, tuple[float, int, int]] = {}
 
     def claim(self) -> Claim:
         """What the run states now (see ``demand``)."""
@@ -83,7 +84,9 @@ class ShareTaker:
 
     async def arbitrate(self) -> Share | None:
         """One look: the claim exchanged, the run's part given to its controller (a change is
-        a ``share`` decision, commanded through the run's control loop)."""
+        a ``share`` decision, commanded through the run's control loop). The slots the runs
+        that left the pool held, and those a run of lower priority freed while this one
+        displaces it, are this run's to take over (``Dispatcher.take_over``)."""
         found = await self._exchange(self.claim())
         share = arbitrate(self.run_id, found)
         part = None
@@ -105,25 +108,33 @@ class ShareTaker:
         detail = self._detail(share, found)
         now = self._clock.now()
         decisions = self._controller.share(part, now=now, detail=detail)
+        others = [] if share is None else [c for c in found if c.run_id in share.runs[1:]]
+        completed, left = self._newly_completed(others), self._left_holding(others)
         if share is not None:
-            others = (c for c in found if c.run_id in share.runs[1:])
-            decisions += self._controller.others_completed(self._newly_completed(others), now=now)
+            decisions += self._controller.others_completed(completed, now=now)
         for decision in decisions:
             self._orchestrator.loop.command(decision)
+        taken_over = left + (completed if share is not None and share.displacing else 0)
+        self._orchestrator.loop.dispatcher.take_over(taken_over)
         self._last = share
+        self._seen = {c.run_id: (c.since, c.completed, c.inflight) for c in others}
         return share
 
     def _newly_completed(self, others: Iterable[Claim]) -> int:
         """Episodes the other runs completed since their last claims this run saw; nothing
         for a run first seen, or under a new host (its count starts again)."""
-        newly, seen = 0, {}
+        newly = 0
         for claim in others:
-            since, completed = self._seen.get(claim.run_id, (claim.since, claim.completed))
+            since, completed, _ = self._seen.get(claim.run_id, (claim.since, claim.completed, 0))
             if since == claim.since:
                 newly += max(0, claim.completed - completed)
-            seen[claim.run_id] = (claim.since, claim.completed)
-        self._seen = seen
         return newly
+
+    def _left_holding(self, others: Iterable[Claim]) -> int:
+        """Episodes the runs that left the pool since the last look held by their last claims:
+        their slots are the pool's again, and the runs staying take them over."""
+        staying = {c.run_id for c in others}
+        return sum(inflight for run, (_, _, inflight) in self._seen.items() if run not in staying)
 
     def set_terms(self, weight: float | None, priority: int | None) -> Decision:
         """An operator's new share and/or priority: stated from the next look on, where the

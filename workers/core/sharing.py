@@ -72,6 +72,8 @@ class Share:
     runs: tuple[int, ...]  # the runs in the pool, this one first
     most: int  # the highest level the pool may have: its runs' max_inflight, summed
     held_back: int = 0  # of its part, what the runs it displaces have not freed yet
+    displacing: bool = False  # it fills its part over runs of lower priority holding more
+    # than theirs: the slots they free are its to take over at once
     others_inflight: int = 0  # episodes the other runs hold in flight
     others_may_hold: int = 0  # ...or may hold by their parts, if more: their claims lag
 
@@ -125,6 +127,7 @@ def arbitrate(run_id: int, claims: Sequence[Claim]) -> Share | None:
         tuple(c.run_id for c in pool),
         most=sum(c.max_inflight for c in pool),
         held_back=held_back[run_id],
+        displacing=_displacing(pool, parts),
         others_inflight=sum(c.inflight for c in others),
         others_may_hold=sum(max(c.inflight, parts[c.run_id] - held_back[c.run_id]) for c in others),
     )
@@ -144,6 +147,17 @@ def _held_back(pool: Sequence[Claim], parts: dict[int, int]) -> dict[int, int]:
     for run in filling:
         held[run] = max(0, short[run] - int(room * short[run] / lacking))
     return held
+
+
+def _displacing(pool: Sequence[Claim], parts: dict[int, int]) -> bool:
+    """The run (first in ``pool``) is filling its part while a run of lower priority holds
+    more than its own: a higher priority is served first, so the slots that run frees are
+    taken over as they free, not at the admission pace of a run that ramps (a join among
+    equals does, and leaves the leader's measurements of the pool a smoother change)."""
+    own = pool[0]
+    if own.inflight >= FILLING * parts[own.run_id]:
+        return False
+    return any(c.priority < own.priority and c.inflight > parts[c.run_id] for c in pool[1:])
 
 
 def _kv_weights(pool: Sequence[Claim]) -> dict[int, float]:

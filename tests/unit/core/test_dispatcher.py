@@ -96,6 +96,25 @@ async def test_a_natural_completion_refunds_its_admission_but_a_cancellation_doe
     assert (h.dispatcher.stats().pacing_paid, h.dispatcher.stats().pacing_credits) == (10, 0)
 
 
+async def test_slots_another_run_freed_are_taken_over_unpaced_within_the_room(
+    make: MakeHarness,
+) -> None:
+    h = make(cap=100, config=DispatcherConfig())
+    for n in range(30):
+        h.submit(f"g{n}")
+    await h.settle()
+    assert h.inflight == 10  # the window's budget spent
+    h.dispatcher.take_over(25)  # a run of lower priority freed 25 slots of this run's part
+    await h.settle()
+    assert h.inflight == 35
+    h.dispatcher.set_cap(40)
+    h.dispatcher.take_over(500)  # never past the cap: the credits fit the room
+    await h.settle()
+    assert (h.inflight, h.dispatcher.stats().pacing_credits) == (40, 0)
+    with pytest.raises(ValueError, match="take_over count must be >= 0"):
+        h.dispatcher.take_over(-1)
+
+
 async def test_f16_refill_after_a_barrier_reaches_the_cap_in_one_go(make: MakeHarness) -> None:
     h = make(cap=64, config=DispatcherConfig())
     for n in range(16):

@@ -85,6 +85,17 @@ def test_a_run_filling_its_part_takes_the_room_the_runs_it_displaces_free() -> N
     assert [s.held_back if s else None for s in shares] == [35, 49]  # 12 and 17 of the 30
 
 
+def test_a_priority_run_displacing_others_takes_over_what_they_free_an_equal_one_does_not() -> None:
+    pool = [claim(1, inflight=150), claim(2, inflight=0, priority=1, demand=150)]
+    urgent, displaced = arbitrate(2, pool), arbitrate(1, pool)
+    assert urgent is not None and urgent.displacing
+    assert displaced is not None and not displaced.displacing
+    equal = arbitrate(2, [claim(1, inflight=150), claim(2, inflight=0)])
+    assert equal is not None and not equal.displacing  # a join among equals ramps at its pace
+    filled = arbitrate(2, [claim(1, inflight=60), claim(2, inflight=140, priority=1, demand=150)])
+    assert filled is not None and not filled.displacing
+
+
 def test_a_higher_priority_is_served_first() -> None:
     pool = [claim(1, priority=1, demand=150), claim(2), claim(3)]
     assert ceilings(pool, 200) == {1: 150, 2: 25, 3: 25}

@@ -114,6 +114,17 @@ class Dispatcher(Generic[P, R]):
         self._cap = checked
         self._refill()
 
+    def take_over(self, count: int) -> None:
+        """``count`` slots that other runs sharing the engines freed for this one (their
+        episodes ended while it fills its part): filling them replaces episodes the engines
+        held a moment ago, not a wall of new prefills, so they are not paced (the credits a
+        completion earns, kept within the room under the cap)."""
+        if count < 0:
+            raise ValueError(f"take_over count must be >= 0, got {count}")
+        if count:
+            self._pacer.refund(count)
+            self._refill()
+
     def hold(self, engine: str) -> None:
         """No new group goes to ``engine`` (its weights are being updated) until ``release``;
         groups already on it keep it, so a group's episodes stay on one engine."""

@@ -8,7 +8,9 @@ failure earns nothing, so a mass shed cannot buy a burst of fresh prefills, nor 
 a storm of instant retries. A credit is a free replacement for a slot that is empty now, so
 credits never exceed the free room under the cap: a slot taken away by a cut (or never freed,
 as a completion while the pool drains above the cap) takes its credit with it, which would
-otherwise pay for a burst whenever the cap rose again.
+otherwise pay for a burst whenever the cap rose again. A run taking its part of shared engines
+over from the runs it displaces is credited with the slots their episodes freed: it replaces
+them, as a run replaces its own.
 """
 
 from __future__ import annotations
@@ -75,9 +77,11 @@ class AdmissionPacer:
             self._window.append((now, count - free))
             self._paid += count - free
 
-    def refund(self) -> None:
-        """A natural completion: its replacement is free, while its slot stays under the cap."""
-        self._credits += 1
+    def refund(self, count: int = 1) -> None:
+        """Natural completions: their replacements are free, while their slots stay under the
+        cap. ``count`` above 1: the slots other runs sharing the engines freed for this one
+        (``Dispatcher.take_over``)."""
+        self._credits += count
 
     def fit(self, room: int) -> None:
         """Drop the credits beyond ``room``, the free slots under the cap now."""
