@@ -140,4 +140,6 @@ def sweep(workload: str, *, workers: int = WORKERS) -> Sweep:
 
 
 def shipped_workloads() -> list[str]:
-    return sorted(str(path) for path in WORKLOADS_DIR.glob("w*.toml"))
+    """The single-run workloads, W1 before W10 (by their number, not their file name)."""
+    paths = WORKLOADS_DIR.glob("w*.toml")
+    return [str(p) for p in sorted(paths, key=lambda p: int(p.stem[1:].split("_")[0]))]

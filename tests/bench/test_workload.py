@@ -21,7 +21,7 @@ GOOD: dict[str, object] = {
 
 def test_every_shipped_workload_reads() -> None:
     names = [load_workload(path).name for path in shipped_workloads()]
-    assert names == ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9"]
+    assert names == ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11"]
 
 
 def test_a_workload_becomes_engines_and_a_run_config() -> None:
