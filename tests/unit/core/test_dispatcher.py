@@ -13,6 +13,7 @@ from tests.unit.core.dispatch_harness import (
     TRAIN,
     UNPACED,
     FakeEngines,
+    Harness,
     MakeHarness,
     started,
 )
@@ -67,12 +68,18 @@ async def test_f9_a_long_episode_keeps_its_permit(make: MakeHarness) -> None:
 # -- pacing ----------------------------------------------------------------------------------
 
 
-async def test_pacing_allows_a_tenth_of_the_cap_net_per_window(make: MakeHarness) -> None:
+async def paced_at_100(make: MakeHarness) -> Harness:
+    """Thirty groups queued under a paced cap of 100: the first window admits 10."""
     h = make(cap=100, config=DispatcherConfig())
     for n in range(30):
         h.submit(f"g{n}")
     await h.settle()
     assert h.inflight == 10
+    return h
+
+
+async def test_pacing_allows_a_tenth_of_the_cap_net_per_window(make: MakeHarness) -> None:
+    h = await paced_at_100(make)
     await h.advance(4.9)
     assert h.inflight == 10
     await h.advance(0.1)  # the window slid: the dispatcher's own timer refills
@@ -82,10 +89,7 @@ async def test_pacing_allows_a_tenth_of_the_cap_net_per_window(make: MakeHarness
 async def test_a_natural_completion_refunds_its_admission_but_a_cancellation_does_not(
     make: MakeHarness,
 ) -> None:
-    h = make(cap=100, config=DispatcherConfig())
-    for n in range(30):
-        h.submit(f"g{n}")
-    await h.settle()
+    h = await paced_at_100(make)
     h.engines.finish("g0", 0, 1)
     await h.settle()
     assert h.inflight == 10  # both replaced at once
@@ -99,11 +103,7 @@ async def test_a_natural_completion_refunds_its_admission_but_a_cancellation_doe
 async def test_slots_another_run_freed_are_taken_over_unpaced_within_the_room(
     make: MakeHarness,
 ) -> None:
-    h = make(cap=100, config=DispatcherConfig())
-    for n in range(30):
-        h.submit(f"g{n}")
-    await h.settle()
-    assert h.inflight == 10  # the window's budget spent
+    h = await paced_at_100(make)  # the window's budget spent
     h.dispatcher.take_over(25)  # a run of lower priority freed 25 slots of this run's part
     await h.settle()
     assert h.inflight == 35

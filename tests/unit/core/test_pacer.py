@@ -200,6 +200,20 @@ def test_a_falling_prefix_hit_rate_under_kv_pressure_trims_a_tenth_without_shedd
     assert (trim.kind, trim.shed, trim.level) == (DecisionKind.TRIM, False, pytest.approx(90.0))
 
 
+def test_an_eviction_trim_is_a_knee_growth_does_not_climb_straight_back_over() -> None:
+    """Grown back at once, the pool evicts again and is trimmed again: a saw that changed
+    direction 18 times in W11's half hour (12 since)."""
+    policy = PacerPolicy()
+    learn_hit_rate(policy, 0.9)
+    _, trim = step(policy, kv=0.6, hits=500, queries=1000)
+    assert trim is not None and trim.level == pytest.approx(90.0)
+    learn_hit_rate(policy, 0.5)  # the baseline relearnt at the lower rate: clear again
+    at_knee, _ = step(policy, pool(level=90.0, inflight=90), kv=0.6, hits=500, queries=1000)
+    assert (at_knee.signal, at_knee.cause, at_knee.ceiling) == (Signal.SOFT, Cause.KNEE, 90.0)
+    under, _ = step(policy, pool(level=80.0, inflight=80), kv=0.5, hits=500, queries=1000)
+    assert (under.signal, under.growth > 1.0, under.ceiling) == (Signal.CLEAR, True, 90.0)
+
+
 def test_a_falling_prefix_hit_rate_with_kv_to_spare_is_not_eviction() -> None:
     policy = PacerPolicy()
     learn_hit_rate(policy, 0.9)

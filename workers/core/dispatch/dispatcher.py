@@ -115,10 +115,9 @@ class Dispatcher(Generic[P, R]):
         self._refill()
 
     def take_over(self, count: int) -> None:
-        """``count`` slots that other runs sharing the engines freed for this one (their
-        episodes ended while it fills its part): filling them replaces episodes the engines
-        held a moment ago, not a wall of new prefills, so they are not paced (the credits a
-        completion earns, kept within the room under the cap)."""
+        """``count`` slots other runs sharing the engines freed for this one: filling them
+        replaces what the engines held, not a wall of new prefills, so they are credited as
+        completions are (unpaced, within the room under the cap)."""
         if count < 0:
             raise ValueError(f"take_over count must be >= 0, got {count}")
         if count:

@@ -58,7 +58,9 @@ class PacerPolicy:
       case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear
       baseline while KV is above ``eviction_kv_usage``: idle multi-turn contexts are being
       evicted, the first step of the cliff (cap = ``knee_margin`` x inflight, nothing shed;
-      the baseline is then relearned, so a workload whose hit rate fell for good costs one trim).
+      the baseline is then relearned, so a workload whose hit rate fell for good costs one trim;
+      the pool it trimmed is a knee, as a cut's is, so growth does not climb straight back
+      into the evictions).
     - SOFT, hold: KV between ``target_kv_usage`` and the trim line (the dead band); the capacity
       queue growing from one poll to the next; an engine waiting on two polls in a row; or a
       throughput probe that found the engines saturated (after its trim).
@@ -333,6 +335,7 @@ class PacerPolicy:
             # Relearn the baseline: a workload whose hit rate dropped for good (new prompts,
             # less sharing) must cost at most one trim, not a trim every few polls.
             self._hit_baseline = None
+            self._knee, self._knee_turnover = float(pool.inflight), pool.turnover
         self._trim_rest.trimmed()
         return Proposal(DecisionKind.TRIM, level, shed, cause, detail)
 
