@@ -135,3 +135,20 @@ def test_a_single_run_file_points_to_the_share_command() -> None:
 def test_jain_index() -> None:
     assert jain([1.0, 1.0]) == 1.0
     assert jain([1.0, 0.0]) == 0.5
+
+
+def test_a_priority_run_takes_over_the_slots_it_displaces_as_they_free() -> None:
+    """Run 2 (priority 1) joins a pool run 1 fills: it holds its part once run 1's episodes
+    have finished (a few seconds), not at its dispatcher's pace for fresh admissions (a
+    group of 4 per 5 s window at these caps), and never with the pool over its level by more
+    than a group."""
+    urgent = {**POOL["run"][1], "priority": 1, "start_s": 60, "end_s": 120}
+    pool = run_pool(
+        parse_pool_workload({**POOL, "pool": {"seconds": 120}, "run": [POOL["run"][0], urgent]}),
+        "reference",
+    )
+    during = [p for p in pool.points if 60 < p.at <= 120 and len(p.runs) == 2]
+    trace = [(p.at, [(r.inflight, r.cap, r.ceiling) for r in p.runs]) for p in during]
+    held = next(p for p in during if p.runs[1].inflight >= 0.9 * (p.runs[1].ceiling or 0))
+    assert held.at - 60 <= 15, trace  # at the admission pace: 50 s
+    assert all(sum(r.inflight for r in p.runs) <= 45 + 4 for p in during), trace

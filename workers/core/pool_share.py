@@ -54,6 +54,10 @@ class ShareTaker:
         self._last: Share | None = None  # the part taken at the last look
         # Each other run's (since, completed, inflight) in the pool at the last look.
         self._seen: dict[int, tuple[float, int, int]] = {}
+        # Slots other runs freed for this one that it had no room under its cap for yet (its
+        # cap follows their claims a look late): taken over at the next looks while it
+        # displaces them.
+        self._owed = 0
 
     def claim(self) -> Claim:
         """What the run states now (see ``demand``)."""
@@ -114,8 +118,9 @@ class ShareTaker:
             decisions += self._controller.others_completed(completed, now=now)
         for decision in decisions:
             self._orchestrator.loop.command(decision)
-        taken_over = left + (completed if share is not None and share.displacing else 0)
-        self._orchestrator.loop.dispatcher.take_over(taken_over)
+        displacing = share is not None and share.displacing
+        self._owed = (self._owed + completed if displacing else 0) + left
+        self._owed -= self._orchestrator.loop.dispatcher.take_over(self._owed)
         self._last = share
         self._seen = {c.run_id: (c.since, c.completed, c.inflight) for c in others}
         return share

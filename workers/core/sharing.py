@@ -72,8 +72,8 @@ class Share:
     runs: tuple[int, ...]  # the runs in the pool, this one first
     most: int  # the highest level the pool may have: its runs' max_inflight, summed
     held_back: int = 0  # of its part, what the runs it displaces have not freed yet
-    displacing: bool = False  # it fills its part over runs of lower priority holding more
-    # than theirs: the slots they free are its to take over at once
+    displacing: bool = False  # it fills its part beside runs of lower priority: the slots
+    # they free are its to take over at once
     others_inflight: int = 0  # episodes the other runs hold in flight
     others_may_hold: int = 0  # ...or may hold by their parts, if more: their claims lag
 
@@ -150,14 +150,13 @@ def _held_back(pool: Sequence[Claim], parts: dict[int, int]) -> dict[int, int]:
 
 
 def _displacing(pool: Sequence[Claim], parts: dict[int, int]) -> bool:
-    """The run (first in ``pool``) is filling its part while a run of lower priority holds
-    more than its own: a higher priority is served first, so the slots that run frees are
-    taken over as they free, not at the admission pace of a run that ramps (a join among
-    equals does, and leaves the leader's measurements of the pool a smoother change)."""
+    """The run (first in ``pool``) is filling its part beside runs of lower priority: a
+    higher priority is served first, so the slots their episodes free are taken over as they
+    free, not at the admission pace of a run that ramps (a join among equals keeps that pace,
+    which changes the pool the leader measures more gently)."""
     own = pool[0]
-    if own.inflight >= FILLING * parts[own.run_id]:
-        return False
-    return any(c.priority < own.priority and c.inflight > parts[c.run_id] for c in pool[1:])
+    filling = own.inflight < FILLING * parts[own.run_id]
+    return filling and any(c.priority < own.priority for c in pool[1:])
 
 
 def _kv_weights(pool: Sequence[Claim]) -> dict[int, float]:

@@ -104,11 +104,11 @@ async def test_slots_another_run_freed_are_taken_over_unpaced_within_the_room(
     make: MakeHarness,
 ) -> None:
     h = await paced_at_100(make)  # the window's budget spent
-    h.dispatcher.take_over(25)  # a run of lower priority freed 25 slots of this run's part
+    assert h.dispatcher.take_over(25) == 25  # a run of lower priority freed 25 slots
     await h.settle()
     assert h.inflight == 35
     h.dispatcher.set_cap(40)
-    h.dispatcher.take_over(500)  # never past the cap: the credits fit the room
+    assert h.dispatcher.take_over(500) == 5  # never past the cap: the rest is the caller's
     await h.settle()
     assert (h.inflight, h.dispatcher.stats().pacing_credits) == (40, 0)
     with pytest.raises(ValueError, match="take_over count must be >= 0"):

@@ -92,6 +92,8 @@ def test_a_priority_run_displacing_others_takes_over_what_they_free_an_equal_one
     assert displaced is not None and not displaced.displacing
     equal = arbitrate(2, [claim(1, inflight=150), claim(2, inflight=0)])
     assert equal is not None and not equal.displacing  # a join among equals ramps at its pace
+    freed = arbitrate(2, [claim(1, inflight=1), claim(2, inflight=60, priority=1, demand=150)])
+    assert freed is not None and freed.displacing  # what run 1 freed since is still its own
     filled = arbitrate(2, [claim(1, inflight=60), claim(2, inflight=140, priority=1, demand=150)])
     assert filled is not None and not filled.displacing
 

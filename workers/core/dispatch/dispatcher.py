@@ -114,15 +114,17 @@ class Dispatcher(Generic[P, R]):
         self._cap = checked
         self._refill()
 
-    def take_over(self, count: int) -> None:
-        """``count`` slots other runs sharing the engines freed for this one: filling them
-        replaces what the engines held, not a wall of new prefills, so they are credited as
-        completions are (unpaced, within the room under the cap)."""
+    def take_over(self, count: int) -> int:
+        """Up to ``count`` slots other runs sharing the engines freed for this one: filling
+        them replaces what the engines held, not a wall of new prefills, so they are credited
+        as completions are. Returns how many the room under the cap took now."""
         if count < 0:
             raise ValueError(f"take_over count must be >= 0, got {count}")
-        if count:
-            self._pacer.refund(count)
+        taken = max(0, min(count, self._cap - self._ledger.inflight - self._pacer.credits))
+        if taken:
+            self._pacer.refund(taken)
             self._refill()
+        return taken
 
     def hold(self, engine: str) -> None:
         """No new group goes to ``engine`` (its weights are being updated) until ``release``;
