@@ -140,7 +140,7 @@ def _held_back(pool: Sequence[Claim], parts: dict[int, int]) -> dict[int, int]:
     theirs to finish it. Taken at once, a priority run's part overloads the engines for as long
     as the others' episodes run (a preemption storm on a full pool)."""
     short = {c.run_id: parts[c.run_id] - c.inflight for c in pool}
-    filling = [c.run_id for c in pool if c.inflight < FILLING * parts[c.run_id]]
+    filling = [c.run_id for c in pool if _filling(c, parts)]
     room = max(0, sum(parts.values()) - sum(c.inflight for c in pool))
     lacking = sum(short[run] for run in filling)
     held = dict.fromkeys(parts, 0)
@@ -155,8 +155,12 @@ def _displacing(pool: Sequence[Claim], parts: dict[int, int]) -> bool:
     free, not at the admission pace of a run that ramps (a join among equals keeps that pace,
     which changes the pool the leader measures more gently)."""
     own = pool[0]
-    filling = own.inflight < FILLING * parts[own.run_id]
-    return filling and any(c.priority < own.priority for c in pool[1:])
+    return _filling(own, parts) and any(c.priority < own.priority for c in pool[1:])
+
+
+def _filling(claim: Claim, parts: dict[int, int]) -> bool:
+    """The run holds less than ``FILLING`` of its part: it is still taking it."""
+    return claim.inflight < FILLING * parts[claim.run_id]
 
 
 def _kv_weights(pool: Sequence[Claim]) -> dict[int, float]:
