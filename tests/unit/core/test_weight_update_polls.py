@@ -105,3 +105,34 @@ def test_a_cold_prefix_cache_after_an_update_is_no_eviction() -> None:
     cold[1] = sample("b", kv=0.6, hits=0, queries=1000)
     (trim,) = unmarked.on_poll(cold, inflight=100, now=6.0)  # type: ignore[attr-defined]
     assert (trim.kind, trim.cause) == (DecisionKind.TRIM, Cause.PREFIX_EVICTION)
+
+
+def _epochs_around_a_sync_update(marked: bool) -> list[DecisionKind]:
+    """A pacer pool of 100, then 130 with tokens rising in proportion (it pays), where one
+    poll of the second epoch falls in a synchronous update: every engine paused, so that
+    poll's tokens are never reported. Unmarked, the same stretch is a poll of engines that
+    generated nothing."""
+    ctl = controller(PacerPolicy(), start=130)
+    kinds: list[DecisionKind] = []
+    at = 0.0
+    for inflight in (100, 130):
+        for k in range(4):
+            at += 5.0
+            paused = inflight == 130 and k == 1
+            if paused and marked:
+                engines = [sample(e, updating=True, **IDLE) for e in ("a", "b")]
+            else:
+                engines = [sample(e, kv=0.3, tokens=0 if paused else inflight * 10) for e in "ab"]
+            kinds += [d.kind for d in ctl.on_poll(engines, inflight=inflight, now=at)]
+            kinds += [d.kind for d in complete(ctl, inflight // 4 + 1, now=at + 0.1, pool=inflight)]
+    at += 5.0
+    closing = [sample(e, kv=0.3, tokens=1300) for e in ("a", "b")]
+    kinds += [d.kind for d in ctl.on_poll(closing, inflight=130, now=at)]
+    return kinds
+
+
+def test_a_sync_update_in_a_probe_epoch_is_no_flat_verdict() -> None:
+    """The pause's seconds are in the epoch but its tokens are not: judged, the epoch reads
+    30 % more pool for 2 % more tokens and trims a pool that paid."""
+    assert DecisionKind.TRIM not in _epochs_around_a_sync_update(marked=True)
+    assert DecisionKind.TRIM in _epochs_around_a_sync_update(marked=False)

@@ -176,6 +176,7 @@ class Controller:
             self._reading, self._growth = None, 1.0
             if poll.paused:
                 self._freshness.paused(now)
+                self.policy.paused()
                 return out
             if not self._freshness.freeze():
                 return out

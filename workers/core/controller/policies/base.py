@@ -93,6 +93,12 @@ class Policy(Protocol):
         the old pool's limits (a knee, a frontier, a throughput epoch) no longer holds."""
         ...
 
+    def paused(self) -> None:
+        """Every engine that gave no numbers on this poll is paused for a weight update: the
+        poll is not read, and whatever the policy measures over time (a throughput epoch)
+        must not span the pause, whose tokens no poll will report."""
+        ...
+
     def to_json(self) -> dict[str, Any]:
         """The state worth keeping across a worker restart."""
         ...

@@ -39,6 +39,9 @@ class FixedPolicy:
     def pool_changed(self) -> None:
         """A fixed cap is held by the bounds; the rescale cannot move it either."""
 
+    def paused(self) -> None:
+        """It measures nothing over time."""
+
     def to_json(self) -> dict[str, Any]:
         return {"overload": self._overload.to_json()}
 

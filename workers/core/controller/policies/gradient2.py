@@ -114,6 +114,9 @@ class Gradient2Policy:
         """Never called (``rescaled`` is False): its long-term latency is per token and
         request, which a smaller pool keeps."""
 
+    def paused(self) -> None:
+        """Its latencies are per completed request; a pause measures none."""
+
     def to_json(self) -> dict[str, Any]:
         return {"long": self._long}
 

@@ -363,6 +363,12 @@ class PacerPolicy:
         self._settling = False
         self._probe.forget()
 
+    def paused(self) -> None:
+        """Synchronous weight updates pause every engine at once, so no poll of the pause
+        reaches ``read``: the probe's epoch would count its seconds without its tokens and
+        read a pool that still paid as flat (W8 trimmed on it four times in ten minutes)."""
+        self._probe.interrupt()
+
     def to_json(self) -> dict[str, Any]:
         return {
             "overload": self._overload.to_json(),

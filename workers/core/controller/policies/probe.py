@@ -130,6 +130,11 @@ class ThroughputProbe:
         self._polls = 0
         self._whole = True
 
+    def interrupt(self) -> None:
+        """A stretch no poll measured (every engine paused) falls in the epoch in progress:
+        the epoch is not whole, as one with a paused engine's poll in it is not."""
+        self._whole = False
+
     def forget(self) -> None:
         """Drop the anchor and the epoch in progress: they measured another pool."""
         self._anchor = None

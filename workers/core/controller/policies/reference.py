@@ -122,6 +122,9 @@ class ReferencePolicy:
     def pool_changed(self) -> None:
         """Nothing it keeps is a level of the old pool: its streaks read the engines now."""
 
+    def paused(self) -> None:
+        """Its streaks count polls it read; a pause adds none."""
+
     def to_json(self) -> dict[str, Any]:
         return {"overload": self._overload.to_json(), "polls_since_trim": self._trim_rest.since}
 
