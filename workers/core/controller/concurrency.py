@@ -53,7 +53,8 @@ class Controller:
       no complete poll for ``poll_ttl`` seconds, growth freezes. Alerts.
     - Weight updates (``LoadSample.updating``): an engine paused by the run's relay, or just
       resumed, gives no numbers and is not stale; a poll whose only silent engines are
-      updating decides nothing and restarts the stall clock instead of freezing.
+      updating decides nothing and restarts the stall clock instead of freezing, and the
+      policy hears of it (``Policy.paused``): what it measures over time spans the pause.
     - Engines lost and back (``PoolCapacity``): an engine down for ``engine_lost_s`` no
       longer counts in the pool's KV capacity, and the cap is rescaled in proportion to what
       is left (a ``rescale`` decision); when it is up again the cap is rescaled back. An
