@@ -364,9 +364,7 @@ class PacerPolicy:
         self._probe.forget()
 
     def paused(self) -> None:
-        """Synchronous weight updates pause every engine at once, so no poll of the pause
-        reaches ``read``: the probe's epoch would count its seconds without its tokens and
-        read a pool that still paid as flat (W8 trimmed on it four times in ten minutes)."""
+        """No poll of the pause reaches ``read``: the epoch must not count it (W8's did)."""
         self._probe.interrupt()
 
     def to_json(self) -> dict[str, Any]:
