@@ -120,7 +120,7 @@ class Dispatcher(Generic[P, R]):
         as completions are. Returns how many the room under the cap took now."""
         if count < 0:
             raise ValueError(f"take_over count must be >= 0, got {count}")
-        taken = max(0, min(count, self._cap - self._ledger.inflight - self._pacer.credits))
+        taken = max(0, min(count, self._room - self._pacer.credits))
         if taken:
             self._pacer.refund(taken)
             self._refill()
@@ -237,13 +237,18 @@ class Dispatcher(Generic[P, R]):
 
     # -- admission -------------------------------------------------------------------------
 
+    @property
+    def _room(self) -> int:
+        """Free slots under the cap now (negative while a cut drains the pool)."""
+        return self._cap - self._ledger.inflight
+
     def _refill(self) -> None:
         """Admit as many episodes as the cap, the pacing window and the queue allow, at once."""
-        self._pacer.fit(self._cap - self._ledger.inflight)
+        self._pacer.fit(self._room)
         if self._closed or not self._healthy:
             return
         now = self._clock.now()
-        while (room := self._cap - self._ledger.inflight) > 0:
+        while (room := self._room) > 0:
             group = self._queue.next()
             if group is None:
                 return
