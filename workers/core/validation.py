@@ -78,11 +78,19 @@ def stored_optional_number(
 
 def stored_usages(data: Mapping[str, Any], name: str) -> list[float]:
     """A list of usage fractions, each a finite number in [0, 1]."""
+    return stored_numbers(data, name, low=0.0, high=1.0)
+
+
+def stored_numbers(
+    data: Mapping[str, Any], name: str, *, low: float, high: float = math.inf
+) -> list[float]:
+    """A list of finite numbers, each in [``low``, ``high``]."""
     value = data[name]
-    usages = [finite(v) for v in value] if isinstance(value, list) else [None]
-    if not all(u is not None and 0.0 <= u <= 1.0 for u in usages):
-        raise ValueError(f"{name} must be a list of numbers in [0, 1], got {value!r}")
-    return [u for u in usages if u is not None]
+    numbers = [finite(v) for v in value] if isinstance(value, list) else [None]
+    if not all(n is not None and low <= n <= high for n in numbers):
+        bounds = f"in [{low:g}, {high:g}]" if math.isfinite(high) else f">= {low:g}"
+        raise ValueError(f"{name} must be a list of numbers {bounds}, got {value!r}")
+    return [n for n in numbers if n is not None]
 
 
 def finite(value: object) -> float | None:

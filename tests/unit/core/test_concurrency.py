@@ -237,10 +237,11 @@ def test_f2_sustained_mild_overload_never_raises_the_cap(policy) -> None:
 def test_growth_stops_at_the_ceiling_of_the_policy_reading() -> None:
     ctl = controller(PacerPolicy(), start=200, max_inflight=1000)
     ctl.on_poll(PREEMPT, inflight=200, now=5.0)  # cut to 170, knee 200: ceiling 180
-    ctl.on_poll([sample(kv=0.1)], inflight=170, now=10.0)  # drained: released
+    low_kv = [sample(kv=0.1, running=170)]
+    ctl.on_poll(low_kv, inflight=170, now=10.0)  # drained: released
     assert not ctl.draining
-    ctl.on_poll([sample(kv=0.1)], inflight=170, now=15.0)  # three polls of low KV
-    ctl.on_poll([sample(kv=0.1)], inflight=170, now=20.0)
+    ctl.on_poll(low_kv, inflight=170, now=15.0)  # three polls of low KV
+    ctl.on_poll(low_kv, inflight=170, now=20.0)
     turnover(ctl, now=21.0)  # x1.875 would make 318
     assert ctl.cap == 180
 

@@ -21,7 +21,9 @@ def pool(
 
 
 def step(policy: PacerPolicy, view: PoolView | None = None, at: float = 0.0, **fields: object):
+    """One poll; every episode of the pool is running in it unless ``running`` says not."""
     view = view or pool()
+    fields.setdefault("running", view.inflight)
     poll = PollSummary.from_samples([sample(**fields)], at)  # type: ignore[arg-type]
     reading = policy.read(poll, view)
     return reading, policy.propose(reading, view)
@@ -99,16 +101,21 @@ def test_the_knee_is_forgotten_after_20_turnovers() -> None:
 
 
 def test_a_knee_held_a_whole_epoch_with_the_cache_short_and_no_preemption_is_dropped() -> None:
-    def after_an_epoch_at_the_knee(kv: float, preemptions: int = 0) -> PacerPolicy:
+    def after_an_epoch_at_the_knee(
+        kv: float, preemptions: int = 0, running: int = 178
+    ) -> PacerPolicy:
         policy = PacerPolicy()
         step(policy, pool(inflight=200, level=200.0), preemptions=2)  # knee 200: ceiling 180
         for turnover, at in ((1.0, 5.0), (1.5, 10.0), (1.9, 15.0), (2.0, 20.0)):
             held = pool(level=180.0, inflight=178, turnover=turnover)
-            step(policy, held, at=at, kv=kv, preemptions=preemptions if at == 10.0 else 0)
+            pre = preemptions if at == 10.0 else 0
+            step(policy, held, at=at, kv=kv, preemptions=pre, running=running)
         return policy
 
     assert after_an_epoch_at_the_knee(kv=0.7)._knee is None  # 180 fill 70 %: 200 was no knee
     assert after_an_epoch_at_the_knee(kv=0.86)._knee == 200.0  # near the target: a true knee
+    # 0.7 with 140 of the 178 running (the rest between turns) is 0.89 with all of them: kept.
+    assert after_an_epoch_at_the_knee(kv=0.7, running=140)._knee == 200.0
     assert after_an_epoch_at_the_knee(kv=0.7, preemptions=1)._knee == 178.0  # cut again there
     under = PacerPolicy()
     step(under, pool(inflight=200, level=200.0), preemptions=2)
@@ -137,6 +144,42 @@ def test_growth_prices_in_one_more_episodes_share_of_kv() -> None:
     large = step(PacerPolicy(), pool(level=100.0, inflight=100), kv=0.78)[0]
     assert (small.signal, small.growth) == (Signal.CLEAR, 1.0)
     assert large.growth == pytest.approx(0.88 / (0.78 * 1.01))
+
+
+def test_after_a_cut_each_kv_reading_is_priced_by_the_pool_that_filled_it() -> None:
+    """The real engine's closed loop, cut from 11 to 6 on a cache of 8: KV 0.66 read at 5
+    episodes, then 0.6 at 7 of a pool that just grew. Priced against 7, the fuller reading
+    let the cap grow to 9 and the engine preempt; priced by its own 5, an eighth episode
+    fills the cache, and the cap holds. Slow start, with no knee, still prices against 7."""
+    cut = PacerPolicy()
+    step(cut, pool(level=11.0, inflight=11), preemptions=3)  # the knee: 11, ceiling 9.9
+    step(cut, pool(level=6.0, inflight=5), kv=0.66)
+    after_cut = step(cut, pool(level=8.0, inflight=7), kv=0.6)[0]
+    assert (after_cut.signal, after_cut.growth) == (Signal.CLEAR, 1.0)
+    fresh = PacerPolicy()
+    step(fresh, pool(level=6.0, inflight=5), kv=0.66)
+    slow_start = step(fresh, pool(level=8.0, inflight=7), kv=0.6)[0]
+    assert slow_start.growth == pytest.approx(0.88 / (0.66 * 8 / 7))
+
+
+def test_a_state_saved_before_kv_readings_kept_their_pools_restarts_the_window() -> None:
+    """Readings of an unknown pool cannot be priced: they are dropped, the next poll refills."""
+    data = PacerPolicy().to_json()
+    data["recent_kv"] = [0.95, 0.95]
+    del data["recent_running"]
+    policy = PacerPolicy()
+    policy.load_json(data)
+    reading = step(policy, pool(level=100.0, inflight=100), kv=0.4)[0]
+    assert reading.growth == pytest.approx(0.88 / (0.4 * 1.01))
+
+
+def test_a_poll_with_none_of_the_pool_running_licenses_no_growth() -> None:
+    """A real engine's first poll came before any of the 24 episodes reached it: KV 0 said
+    nothing of them, and slow start's x4 on it led a cascade of cuts."""
+    before_any_ran = step(PacerPolicy(), pool(level=24.0, inflight=24), kv=0.0, running=0)[0]
+    assert (before_any_ran.signal, before_any_ran.growth) == (Signal.CLEAR, 1.0)
+    idle = step(PacerPolicy(), pool(level=24.0, inflight=0), kv=0.0)[0]
+    assert idle.growth == 4.0  # an empty pool is no blind spot: nothing is in flight
 
 
 @pytest.mark.parametrize("engines", [1, 2, 4])
@@ -256,6 +299,7 @@ def test_every_stored_field_is_restored() -> None:
         "knee_turnover": 33.5,
         "hold_until": 40.0,
         "recent_kv": [0.5, 0.7],
+        "recent_running": [40.0, 52.5],
         "polls_since_trim": 2,
         "frontier": 130.0,
         "frontier_turnover": 31.0,
@@ -307,6 +351,8 @@ def test_prefix_eviction_is_seen_inside_the_kv_dead_band_too() -> None:
         ("hold_until", "soon", "hold_until must be a finite number >= 0"),
         ("recent_kv", [0.5, 1.5], r"recent_kv must be a list of numbers in \[0, 1\]"),
         ("recent_kv", 0.5, r"recent_kv must be a list of numbers in \[0, 1\]"),
+        ("recent_running", [-1.0], "recent_running must be a list of numbers >= 0"),
+        ("recent_running", [4.0], "recent_running must have one count per recent_kv reading"),
         ("probe", {"anchor": [100, "fast"]}, "anchor rate must be a finite number"),
         ("probe", {"anchor": [100]}, "anchor must be null or"),
     ],

@@ -19,6 +19,7 @@ from workers.core.validation import (
     stored_bool,
     stored_count,
     stored_number,
+    stored_numbers,
     stored_optional_count,
     stored_optional_number,
     stored_usages,
@@ -72,7 +73,9 @@ class PacerPolicy:
       most ``max_growth`` and at least ``probe_growth``;
       from cruise to target, ``probe_growth`` tapering linearly to 1.0, so the cap settles
       into the dead band instead of crossing the trim line; never past the knee's ceiling;
-      nothing while any request waits for capacity.
+      nothing while any request waits for capacity, nor on a poll where none of the pool's
+      episodes was running (its KV says nothing of theirs: a real engine's first poll
+      came before any request reached it, and x4 of it led a cut cascade).
 
     Why it should beat the reference: it ramps at up to x4 per turnover instead of x1.25 (a
     pessimistic start costs a few turnovers, not dozens); past its cruise line it goes where
@@ -97,7 +100,8 @@ class PacerPolicy:
         self._hit_baseline: float | None = None
         self._knee: float | None = None
         self._knee_turnover = 0.0
-        self._recent_kv: deque[float] = deque(maxlen=cfg.confirm_polls)
+        # The KV usage of the recent polls, each with the requests per engine running in it.
+        self._recent_kv: deque[tuple[float, float]] = deque(maxlen=cfg.confirm_polls)
         self._hold_until: float | None = None
         self._trim_rest = TrimRest(cfg.confirm_polls)
         self._frontier: float | None = None  # the largest pool shown to pay past the KV target
@@ -119,7 +123,7 @@ class PacerPolicy:
         if self._frontier is not None and self._forgotten(self._frontier_turnover, pool):
             self._frontier = None
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
-        self._recent_kv.append(poll.max_kv_usage)
+        self._recent_kv.append((poll.max_kv_usage, poll.running / max(1, poll.engines)))
         queue_rising = 0 < self._queue_before < poll.waiting_capacity
         self._queue_before = poll.waiting_capacity
         frontier = self._frontier
@@ -138,7 +142,7 @@ class PacerPolicy:
             ceiling = frontier if ceiling is None else min(ceiling, frontier)
         elif signal is Signal.CLEAR:
             self._learn_hit_rate(poll)
-            if poll.waiting_capacity == 0:
+            if poll.waiting_capacity == 0 and (poll.running or not pool.inflight):
                 growth = self._growth(kv)
         figures = overload_figures(overload, poll)
         figures.update(self._figures(poll))
@@ -191,8 +195,10 @@ class PacerPolicy:
 
     def _test_knee(self, poll: PollSummary, pool: PoolView) -> None:
         """A knee is disproved by a whole epoch held at its ceiling with the engines clear:
-        no preemption, and KV under the cruise line on average (a pool just under a true
-        knee runs its cache near the target). The overload that set it
+        no preemption, and KV under the cruise line on average, read as if every episode in
+        flight ran at once (a pool just under a true knee runs its cache near the target; on
+        the real engine, a pool of 8 on a cache of 8 read 0.7 with some between requests,
+        dropped its knee and grew into preemptions). The overload that set it
         came from the pool's make-up then (a burst of long episodes, runs sharing the
         engines changing hands), not from its size, and a knee kept for
         ``knee_memory_turnovers`` would hold the pool under what the engines take."""
@@ -207,7 +213,7 @@ class PacerPolicy:
                 self._knee = self._knee_epoch = None
                 return
             self._knee_epoch, self._knee_clear, self._knee_kv = epoch, True, []
-        self._knee_kv.append(poll.max_kv_usage)
+        self._knee_kv.append(_all_running_kv(poll, pool.inflight))
         held = pool.inflight >= KNEE_HELD * ceiling
         self._knee_clear = self._knee_clear and held and poll.preemptions == 0
 
@@ -291,10 +297,19 @@ class PacerPolicy:
         """The highest recent KV usage, priced with one more episode's share of it: in a small
         pool one episode is a step wider than the dead band, and growing into it would cross
         the trim line at once. The share is of the fullest engine, which holds about
-        ``inflight / engines`` episodes, not of the whole pool."""
-        kv = max(self._recent_kv)
-        per_engine = inflight / max(1, engines)
-        return kv if per_engine == 0 else min(1.0, kv * (per_engine + 1) / per_engine)
+        ``inflight / engines`` episodes. Slow start prices it against that count. With a knee
+        known, regrowth heads for a size that overloaded, so each poll's share is what its
+        running requests held: a pool that just grew has not yet filled the cache its size
+        will, and an episode between turns holds no KV at a poll but may run the next moment
+        (the real engine's closed loop, cut to 6 on a cache of 8, grew to 9 and preempted
+        on KV priced against the in-flight count)."""
+        now = inflight / max(1, engines)
+
+        def priced(kv: float, running: float) -> float:
+            count = running if self._knee is not None else now
+            return kv if count == 0 else kv * (now + 1) / count
+
+        return min(1.0, max(priced(kv, running) for kv, running in self._recent_kv))
 
     def _growth(self, kv_usage: float) -> float:
         cfg = self.config
@@ -377,7 +392,8 @@ class PacerPolicy:
             "knee": self._knee,
             "knee_turnover": self._knee_turnover,
             "hold_until": self._hold_until,
-            "recent_kv": list(self._recent_kv),
+            "recent_kv": [kv for kv, _ in self._recent_kv],
+            "recent_running": [running for _, running in self._recent_kv],
             "polls_since_trim": self._trim_rest.since,
             "frontier": self._frontier,
             "frontier_turnover": self._frontier_turnover,
@@ -393,8 +409,31 @@ class PacerPolicy:
         self._knee = stored_optional_number(data, "knee", low=0.0)
         self._knee_turnover = stored_number(data, "knee_turnover", low=0.0)
         self._hold_until = stored_optional_number(data, "hold_until", low=0.0)
-        self._recent_kv = deque(stored_usages(data, "recent_kv"), maxlen=self.config.confirm_polls)
+        self._recent_kv = deque(_recent_kv(data), maxlen=self.config.confirm_polls)
         self._trim_rest.since = stored_optional_count(data, "polls_since_trim")
         self._frontier = stored_optional_number(data, "frontier", low=0.0)
         self._frontier_turnover = stored_number(data, "frontier_turnover", low=0.0)
         self._settling = stored_bool(data, "settling")
+
+
+def _all_running_kv(poll: PollSummary, inflight: int) -> float:
+    """The KV usage the pool's episodes fill when all of them run at once: the poll's usage
+    scaled from the requests running to the episodes in flight. Some are between turns at any
+    poll (a tool call, the client's round trip), holding no KV then but all of it later."""
+    kv, running = poll.max_kv_usage, poll.running
+    return kv if running == 0 else min(1.0, kv * inflight / running)
+
+
+def _recent_kv(data: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """The stored KV window; a state saved before the readings kept their running counts
+    restarts it empty (such a reading cannot be priced), and the next poll refills it."""
+    usages = stored_usages(data, "recent_kv")
+    if "recent_running" not in data:
+        return []
+    running = stored_numbers(data, "recent_running", low=0.0)
+    if len(running) != len(usages):
+        raise ValueError(
+            f"recent_running must have one count per recent_kv reading, got {len(running)} "
+            f"for {len(usages)}"
+        )
+    return list(zip(usages, running, strict=True))
