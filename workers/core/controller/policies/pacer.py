@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from workers.core.controller.policies.base import PoolView, Proposal, Reading
+from workers.core.controller.policies.kv_window import KvWindow, all_running_kv
 from workers.core.controller.policies.pacer_config import PacerConfig
 from workers.core.controller.policies.probe import ThroughputProbe
 from workers.core.controller.policies.reductions import TrimRest, cut_proposal
@@ -19,10 +19,8 @@ from workers.core.validation import (
     stored_bool,
     stored_count,
     stored_number,
-    stored_numbers,
     stored_optional_count,
     stored_optional_number,
-    stored_usages,
 )
 
 HOLD_TURNOVERS = 1.0  # after a flat probe, grow again only after one epoch at the frontier
@@ -100,8 +98,7 @@ class PacerPolicy:
         self._hit_baseline: float | None = None
         self._knee: float | None = None
         self._knee_turnover = 0.0
-        # The KV usage of the recent polls, each with the requests per engine running in it.
-        self._recent_kv: deque[tuple[float, float]] = deque(maxlen=cfg.confirm_polls)
+        self._recent_kv = KvWindow(cfg.confirm_polls)
         self._hold_until: float | None = None
         self._trim_rest = TrimRest(cfg.confirm_polls)
         self._frontier: float | None = None  # the largest pool shown to pay past the KV target
@@ -123,7 +120,7 @@ class PacerPolicy:
         if self._frontier is not None and self._forgotten(self._frontier_turnover, pool):
             self._frontier = None
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
-        self._recent_kv.append((poll.max_kv_usage, poll.running / max(1, poll.engines)))
+        self._recent_kv.add(poll)
         queue_rising = 0 < self._queue_before < poll.waiting_capacity
         self._queue_before = poll.waiting_capacity
         frontier = self._frontier
@@ -131,7 +128,10 @@ class PacerPolicy:
         excused = self._excused(pool)
         if excused:
             overload = replace(overload, preempted=False, queue_overload=False)
-        kv = self._kv_one_more(pool.inflight, poll.engines)
+        # With a knee known, regrowth heads for a size that overloaded: price it cautiously.
+        kv = self._recent_kv.one_more(
+            pool.inflight, poll.engines, by_running=self._knee is not None
+        )
         signal, cause = self._classify(overload, poll, queue_rising, pool, kv, excused)
         self._last = (overload, poll, signal, cause)
         growth, ceiling = 1.0, self._ceiling()
@@ -213,7 +213,7 @@ class PacerPolicy:
                 self._knee = self._knee_epoch = None
                 return
             self._knee_epoch, self._knee_clear, self._knee_kv = epoch, True, []
-        self._knee_kv.append(_all_running_kv(poll, pool.inflight))
+        self._knee_kv.append(all_running_kv(poll, pool.inflight))
         held = pool.inflight >= KNEE_HELD * ceiling
         self._knee_clear = self._knee_clear and held and poll.preemptions == 0
 
@@ -292,24 +292,6 @@ class PacerPolicy:
         else:
             weight = 1 / self.config.confirm_polls
             self._hit_baseline += weight * (hit - self._hit_baseline)
-
-    def _kv_one_more(self, inflight: int, engines: int) -> float:
-        """The highest recent KV usage, priced with one more episode's share of it: in a small
-        pool one episode is a step wider than the dead band, and growing into it would cross
-        the trim line at once. The share is of the fullest engine, which holds about
-        ``inflight / engines`` episodes. Slow start prices it against that count. With a knee
-        known, regrowth heads for a size that overloaded, so each poll's share is what its
-        running requests held: a pool that just grew has not yet filled the cache its size
-        will, and an episode between turns holds no KV at a poll but may run the next moment
-        (the real engine's closed loop, cut to 6 on a cache of 8, grew to 9 and preempted
-        on KV priced against the in-flight count)."""
-        now = inflight / max(1, engines)
-
-        def priced(kv: float, running: float) -> float:
-            count = running if self._knee is not None else now
-            return kv if count == 0 else kv * (now + 1) / count
-
-        return min(1.0, max(priced(kv, running) for kv, running in self._recent_kv))
 
     def _growth(self, kv_usage: float) -> float:
         cfg = self.config
@@ -392,8 +374,7 @@ class PacerPolicy:
             "knee": self._knee,
             "knee_turnover": self._knee_turnover,
             "hold_until": self._hold_until,
-            "recent_kv": [kv for kv, _ in self._recent_kv],
-            "recent_running": [running for _, running in self._recent_kv],
+            **self._recent_kv.to_json(),
             "polls_since_trim": self._trim_rest.since,
             "frontier": self._frontier,
             "frontier_turnover": self._frontier_turnover,
@@ -409,31 +390,8 @@ class PacerPolicy:
         self._knee = stored_optional_number(data, "knee", low=0.0)
         self._knee_turnover = stored_number(data, "knee_turnover", low=0.0)
         self._hold_until = stored_optional_number(data, "hold_until", low=0.0)
-        self._recent_kv = deque(_recent_kv(data), maxlen=self.config.confirm_polls)
+        self._recent_kv.load_json(data)
         self._trim_rest.since = stored_optional_count(data, "polls_since_trim")
         self._frontier = stored_optional_number(data, "frontier", low=0.0)
         self._frontier_turnover = stored_number(data, "frontier_turnover", low=0.0)
         self._settling = stored_bool(data, "settling")
-
-
-def _all_running_kv(poll: PollSummary, inflight: int) -> float:
-    """The KV usage the pool's episodes fill when all of them run at once: the poll's usage
-    scaled from the requests running to the episodes in flight. Some are between turns at any
-    poll (a tool call, the client's round trip), holding no KV then but all of it later."""
-    kv, running = poll.max_kv_usage, poll.running
-    return kv if running == 0 else min(1.0, kv * inflight / running)
-
-
-def _recent_kv(data: Mapping[str, Any]) -> list[tuple[float, float]]:
-    """The stored KV window; a state saved before the readings kept their running counts
-    restarts it empty (such a reading cannot be priced), and the next poll refills it."""
-    usages = stored_usages(data, "recent_kv")
-    if "recent_running" not in data:
-        return []
-    running = stored_numbers(data, "recent_running", low=0.0)
-    if len(running) != len(usages):
-        raise ValueError(
-            f"recent_running must have one count per recent_kv reading, got {len(running)} "
-            f"for {len(usages)}"
-        )
-    return list(zip(usages, running, strict=True))
