@@ -89,12 +89,17 @@ def test_zero_never_counts_an_engine_out_and_a_fixed_cap_stays_fixed() -> None:
     assert fixed.cap == 150
 
 
-def test_the_policy_forgets_the_old_pool_s_knee_and_frontier() -> None:
+def test_the_policy_forgets_the_old_pool_s_knee_and_scales_its_frontier_with_the_pool() -> None:
     policy = PacerPolicy()
     ctl = started(policy, engine_lost_s=10.0)
     policy._knee, policy._frontier = 140.0, 120.0
     polls(ctl, DOWN, 5.0, 4)
-    assert (policy._knee, policy._frontier, policy._probe.anchor) == (None, None, None)
+    assert (policy._knee, policy._probe.anchor) == (None, None)
+    assert policy._frontier == pytest.approx(80.0)  # two engines of three left
+    policy._knee = 70.0
+    polls(ctl, UP, 25.0, 2)
+    assert policy._knee is None
+    assert policy._frontier == pytest.approx(120.0)
 
 
 def test_every_engine_lost_is_the_run_s_end_not_a_rescale_to_zero() -> None:

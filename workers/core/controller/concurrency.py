@@ -59,7 +59,7 @@ class Controller:
       longer counts in the pool's KV capacity, and the cap is rescaled in proportion to what
       is left (a ``rescale`` decision); when it is up again the cap is rescaled back. An
       engine that joins the run's pool, or leaves it, is rescaled for the same way. The
-      policy forgets what it had learnt of the old pool's limits (``Policy.pool_changed``).
+      policy is told by how much (``Policy.pool_changed``).
     - Engines other runs share (``share``): the level is the pool's, in the pool's
       episodes, and the run's cap is its part of it. The pool's leader reads the poll with
       every run's episodes (its policy sees the pool as it would see a run alone), grows the
@@ -386,7 +386,7 @@ class Controller:
             return ()
         before = self._policy_cap()
         self._level = self._bounded(change.scaled(self._level))
-        self.policy.pool_changed()
+        self.policy.pool_changed(change.factor)
         moment = self._moment(now)
         return (
             moment.policy_record(DecisionKind.RESCALE, change.cause, change.detail, before=before),

@@ -88,9 +88,10 @@ class Policy(Protocol):
         """A trim or a cut for this poll, asked only when the controller may act on one."""
         ...
 
-    def pool_changed(self) -> None:
-        """An engine was lost or came back and the cap was rescaled: what the policy learnt of
-        the old pool's limits (a knee, a frontier, a throughput epoch) no longer holds."""
+    def pool_changed(self, factor: float) -> None:
+        """An engine was lost, came back, joined or left, and the cap was rescaled by ``factor``
+        (the pool's KV capacity after over before): what the policy learnt of the old pool's
+        limits (a knee, a throughput epoch) no longer holds as it was."""
         ...
 
     def paused(self) -> None:

@@ -36,7 +36,7 @@ class FixedPolicy:
     def propose(self, reading: Reading, pool: PoolView) -> Proposal | None:
         return None
 
-    def pool_changed(self) -> None:
+    def pool_changed(self, factor: float) -> None:
         """A fixed cap is held by the bounds; the rescale cannot move it either."""
 
     def paused(self) -> None:

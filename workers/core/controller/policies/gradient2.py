@@ -110,7 +110,7 @@ class Gradient2Policy:
         self._figures = {"latency_short": short, "latency_long": long, "gradient": gradient}
         return limit * (1.0 - cfg.smoothing) + wanted * cfg.smoothing
 
-    def pool_changed(self) -> None:
+    def pool_changed(self, factor: float) -> None:
         """Never called (``rescaled`` is False): its long-term latency is per token and
         request, which a smaller pool keeps."""
 

@@ -353,10 +353,16 @@ class PacerPolicy:
             figures["probe_rate"] = anchor.rate
         return figures
 
-    def pool_changed(self) -> None:
-        """The knee, the frontier and the throughput anchor were levels of the old pool; the
-        hit-rate baseline too (another pool caches another share). The new pool earns its own."""
-        self._knee = self._frontier = self._hold_until = self._hit_baseline = None
+    def pool_changed(self, factor: float) -> None:
+        """The knee and the throughput anchor were the old pool's; the hit-rate baseline too
+        (another pool caches another share). The frontier, a pool that paid, scales with the
+        capacity: on W6 an engine back made 207 preempt on the two it had been cut for, and
+        with no frontier to excuse it they cut twice, to 107 (steady 0.892 of the best fixed
+        cap, 1.023 when the frontier followed the pool). A knee that followed held W9's new
+        engine under an old, cheap overload (0.897 -> 0.825): the new pool earns its own."""
+        self._knee = self._hold_until = self._hit_baseline = None
+        if self._frontier is not None:
+            self._frontier *= factor
         self._settling = False
         self._probe.forget()
 

@@ -119,7 +119,7 @@ class ReferencePolicy:
             DecisionKind.TRIM, level, usage > cfg.shed_kv_usage, Cause.KV_PRESSURE, detail
         )
 
-    def pool_changed(self) -> None:
+    def pool_changed(self, factor: float) -> None:
         """Nothing it keeps is a level of the old pool: its streaks read the engines now."""
 
     def paused(self) -> None:
