@@ -46,7 +46,7 @@ def run_table(runs: list[dict[str, Any]]) -> str:
         ]
         for r in runs
     ]
-    header = ["ID", "NAME", "STATE", "STEP", "CAP", "POLICY", "INFLIGHT", "TOK/S", "CREATED"]
+    header = ["ID", "NAME", "STATE", "STEP", "CAP", "POLICY CAP", "INFLIGHT", "TOK/S", "CREATED"]
     return table(rows, header)
 
 
