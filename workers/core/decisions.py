@@ -47,6 +47,7 @@ class Cause(StrEnum):
     PREFIX_EVICTION = "prefix eviction"  # prefix-cache hit rate fell: idle contexts evicted
     THROUGHPUT_FLAT = "throughput flat"  # a larger pool stopped producing more tokens
     THROUGHPUT_RISING = "throughput rising"  # past the KV target, a larger pool still paid
+    PROBING = "probing"  # past the KV line, held an epoch to learn whether the larger pool pays
     FRONTIER = "frontier"  # preempting or KV-full at a pool shown to pay: held (under it: regrown)
     LATENCY = "latency"  # per-token latency rose against its long-term level (gradient2)
     KNEE = "knee"  # the cap reached the ceiling under the pool that last overloaded the engines

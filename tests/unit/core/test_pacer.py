@@ -112,16 +112,16 @@ def test_a_knee_held_a_whole_epoch_with_the_cache_short_and_no_preemption_is_dro
             step(policy, held, at=at, kv=kv, preemptions=pre, running=running)
         return policy
 
-    assert after_an_epoch_at_the_knee(kv=0.7)._knee is None  # 180 fill 70 %: 200 was no knee
-    assert after_an_epoch_at_the_knee(kv=0.86)._knee == 200.0  # near the target: a true knee
+    assert after_an_epoch_at_the_knee(kv=0.7)._knee.level is None  # 180 fill 70 %: 200 was no knee
+    assert after_an_epoch_at_the_knee(kv=0.86)._knee.level == 200.0  # near the target: a true knee
     # 0.7 with 140 of the 178 running (the rest between turns) is 0.89 with all of them: kept.
-    assert after_an_epoch_at_the_knee(kv=0.7, running=140)._knee == 200.0
-    assert after_an_epoch_at_the_knee(kv=0.7, preemptions=1)._knee == 178.0  # cut again there
+    assert after_an_epoch_at_the_knee(kv=0.7, running=140)._knee.level == 200.0
+    assert after_an_epoch_at_the_knee(kv=0.7, preemptions=1)._knee.level == 178.0  # cut again there
     under = PacerPolicy()
     step(under, pool(inflight=200, level=200.0), preemptions=2)
     for turnover in (1.0, 1.5, 2.0):  # a pool well under the ceiling tests nothing
         step(under, pool(level=120.0, inflight=120, turnover=turnover), kv=0.5)
-    assert under._knee == 200.0
+    assert under._knee.level == 200.0
 
 
 def test_growth_reads_the_highest_kv_of_the_last_3_polls() -> None:

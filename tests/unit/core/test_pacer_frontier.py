@@ -178,3 +178,41 @@ def test_a_cut_that_cost_nothing_keeps_its_knee() -> None:
     readings = [run.poll(85, tokens=1000, kv=0.9)[0] for _ in range(3)]  # as many tokens
     assert readings[-1].figures["knee"] == pytest.approx(100.0)
     assert "frontier" not in readings[-1].figures
+
+
+def on_trial() -> Run:
+    """An epoch at 100, then a pool 15 % larger past the trim line and preempting: a trial."""
+    run = Run()
+    run.epoch(100, 1000, kv=0.5)
+    for _ in range(POLLS_PER_EPOCH - 1):
+        reading, proposal = run.poll(115, kv=0.97, preemptions=5)
+        assert (reading.signal, reading.cause, proposal) == (Signal.SOFT, Cause.PROBING, None)
+    return run
+
+
+def test_past_the_kv_line_a_pool_the_probe_can_judge_is_held_for_its_verdict_flat() -> None:
+    run = on_trial()
+    _, proposal = run.poll(115, tokens=1010, kv=0.97, preemptions=5)  # the epoch closes
+    assert proposal is not None
+    assert (proposal.kind, proposal.cause) == (DecisionKind.TRIM, Cause.THROUGHPUT_FLAT)
+    assert proposal.level == pytest.approx(100.0)
+
+
+def test_past_the_kv_line_a_pool_the_probe_can_judge_is_held_for_its_verdict_paid() -> None:
+    run = on_trial()
+    reading, proposal = run.poll(115, tokens=1200, kv=0.97, preemptions=5)
+    assert (reading.signal, reading.cause, proposal) == (
+        Signal.CLEAR,
+        Cause.THROUGHPUT_RISING,
+        None,
+    )
+    assert reading.figures["frontier"] == pytest.approx(115.0)
+
+
+def test_a_pool_too_close_to_the_anchor_for_a_verdict_is_trimmed_at_the_line() -> None:
+    run = Run()
+    run.epoch(100, 1000, kv=0.5)
+    reading, proposal = run.poll(105, kv=0.97)
+    assert (reading.signal, reading.cause) == (Signal.SOFT, Cause.KV_PRESSURE)
+    assert proposal is not None
+    assert proposal.kind is DecisionKind.TRIM

@@ -140,3 +140,36 @@ def test_an_epoch_that_only_saw_an_empty_pool_is_never_the_anchor() -> None:
 def test_a_stored_anchor_with_an_empty_pool_is_refused() -> None:
     with pytest.raises(ValueError, match="anchor inflight must be > 0"):
         ThroughputProbe(step=0.1, flat_gain=0.3).load_json({"anchor": [0, 50.0]})
+
+
+def test_a_pool_a_step_over_the_anchor_is_on_trial_for_the_epoch_in_progress_and_the_next() -> None:
+    probe = ThroughputProbe(step=0.1, flat_gain=0.3)
+    assert not probe.on_trial(120, 0.5)  # no anchor: nothing to judge it against
+    feed(probe, [(100, 1000)])
+    assert not probe.on_trial(109, 1.25)  # under the step: no epoch of it would be judged
+    assert probe.on_trial(111, 1.25)
+    assert probe.on_trial(104, 2.75)  # the trial holds, whatever the pool does meanwhile
+    assert not probe.on_trial(111, 3.0)
+    assert not probe.on_trial(130, 3.5)  # once per anchor
+
+
+def test_a_new_anchor_ends_the_trial_and_earns_its_own() -> None:
+    probe = ThroughputProbe(step=0.1, flat_gain=0.3)
+    feed(probe, [(100, 1000)])
+    assert probe.on_trial(115, 1.25)
+    probe.observe(PollSummary.from_samples([sample(tokens=1000)], 30.0), 80, 2.0)  # smaller
+    assert probe.anchor is not None
+    assert probe.anchor.inflight != 100
+    assert not probe.on_trial(probe.anchor.inflight, 2.25)
+    assert probe.on_trial(120, 2.25)
+
+
+def test_a_trial_does_not_survive_a_restart_or_a_new_pool() -> None:
+    probe = ThroughputProbe(step=0.1, flat_gain=0.3)
+    feed(probe, [(100, 1000)])
+    assert probe.on_trial(115, 1.25)
+    copy = ThroughputProbe(step=0.1, flat_gain=0.3)
+    copy.load_json(probe.to_json())
+    assert copy.on_trial(115, 7.25)  # the new worker's clock: a trial of its own
+    probe.forget()
+    assert not probe.on_trial(115, 1.5)

@@ -92,13 +92,14 @@ def test_zero_never_counts_an_engine_out_and_a_fixed_cap_stays_fixed() -> None:
 def test_the_policy_forgets_the_old_pool_s_knee_and_scales_its_frontier_with_the_pool() -> None:
     policy = PacerPolicy()
     ctl = started(policy, engine_lost_s=10.0)
-    policy._knee, policy._frontier = 140.0, 120.0
+    policy._knee.set(140.0, 0.0)
+    policy._frontier = 120.0
     polls(ctl, DOWN, 5.0, 4)
-    assert (policy._knee, policy._probe.anchor) == (None, None)
+    assert (policy._knee.level, policy._probe.anchor) == (None, None)
     assert policy._frontier == pytest.approx(80.0)  # two engines of three left
-    policy._knee = 70.0
+    policy._knee.set(70.0, 20.0)
     polls(ctl, UP, 25.0, 2)
-    assert policy._knee is None
+    assert policy._knee.level is None
     assert policy._frontier == pytest.approx(120.0)
 
 

