@@ -86,7 +86,9 @@ def test_two_equal_runs_on_shared_engines_both_get_a_share(shared: PoolOutcome) 
     for point in together:
         ceilings = [r.ceiling for r in point.runs]
         assert None not in ceilings and min(ceilings) >= 4, (point.at, ceilings)
-        assert min(ceilings) >= 0.8 * max(ceilings), (point.at, ceilings)  # type: ignore[type-var]
+        # The pool is re-split from episodes in flight, which move by a group at a time, and
+        # a follower's claim lags a look: while the pool grows, one run may lead by a group.
+        assert max(ceilings) - min(ceilings) <= SIZE["group_size"], (point.at, ceilings)  # type: ignore[operator]
     held = [[r.inflight for r in p.runs] for p in together]
     assert min(min(pair) for pair in held) >= 4, held
     shares = [
@@ -151,4 +153,6 @@ def test_a_priority_run_takes_over_the_slots_it_displaces_as_they_free() -> None
     trace = [(p.at, [(r.inflight, r.cap, r.ceiling) for r in p.runs]) for p in during]
     held = next(p for p in during if p.runs[1].inflight >= 0.9 * (p.runs[1].ceiling or 0))
     assert held.at - 60 <= 15, trace  # at the admission pace: 50 s
-    assert all(sum(r.inflight for r in p.runs) <= 45 + 4 for p in during), trace
+    # The pool's level is about the largest cap (the run that holds nearly all of it).
+    over = [p for p in during if sum(r.inflight for r in p.runs) > max(r.cap for r in p.runs) + 4]
+    assert not over, trace

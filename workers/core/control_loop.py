@@ -373,7 +373,9 @@ class ControlLoop(Generic[P, R]):
         else:
             tokens, ok = 0, False
         try:
-            completion = EpisodeCompletion(tokens=tokens, ok=ok, pool=finished.pool)
+            completion = EpisodeCompletion(
+                tokens=tokens, ok=ok, pool=finished.pool, demand=self.dispatcher.demand
+            )
         except ValueError:
             ticket = finished.ticket
             logger.exception(

@@ -66,12 +66,14 @@ def complete(
     pool: int | None = None,
     tokens: int = 50,
     ok: bool = True,
+    demand: int = 0,
 ) -> list[Decision]:
-    """Finish ``count`` episodes, each with the pool at ``pool`` (default: the current cap)."""
+    """Finish ``count`` episodes, each with the pool at ``pool`` (default: the current cap)
+    and the dispatcher's ``demand``."""
     decisions: list[Decision] = []
     for _ in range(count):
         size = ctl.cap if pool is None else pool
-        done = EpisodeCompletion(tokens=tokens, ok=ok, pool=size)
+        done = EpisodeCompletion(tokens=tokens, ok=ok, pool=size, demand=demand)
         decisions.extend(ctl.on_completion(done, now=now))
     return decisions
 

@@ -259,6 +259,13 @@ def test_no_growth_when_the_cap_does_not_bind() -> None:
     assert ctl.make_stats(1.0).cap == 100  # one completion at n = 90 is +0.25 %: not a unit
 
 
+def test_queued_work_that_pacing_holds_back_binds_the_cap() -> None:
+    ctl = controller(start=100)
+    assert complete(ctl, 200, now=1.0, pool=80, demand=80) == []  # nothing queued: unused
+    complete(ctl, 40, now=1.0, pool=80, demand=90)  # a window's admissions would make 90
+    assert ctl.cap > 100
+
+
 def test_f7_failed_or_empty_episodes_never_grow_the_cap() -> None:
     ctl = controller()
     assert complete(ctl, 300, now=1.0, ok=False) == []

@@ -31,6 +31,8 @@ def test_a_completion_counts_itself_in_the_pool() -> None:
         EpisodeCompletion(tokens=10, ok=True, pool=0)
     with pytest.raises(ValueError, match="tokens"):
         EpisodeCompletion(tokens=-1, ok=True, pool=1)
+    with pytest.raises(ValueError, match="demand must be >= 0"):
+        EpisodeCompletion(tokens=1, ok=True, pool=1, demand=-1)
 
 
 @pytest.mark.parametrize("value", [-1, 2.5, True])

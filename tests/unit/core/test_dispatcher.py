@@ -86,6 +86,15 @@ async def test_pacing_allows_a_tenth_of_the_cap_net_per_window(make: MakeHarness
     assert h.inflight == 20
 
 
+async def test_demand_is_the_pool_after_one_window_of_the_queued_work(make: MakeHarness) -> None:
+    h = await paced_at_100(make)
+    assert h.dispatcher.demand == 20  # 10 in flight, and the next window's 10 of 110 queued
+    alone = make(cap=100, config=DispatcherConfig())
+    alone.submit("g0")
+    await alone.settle()
+    assert alone.dispatcher.demand == 4  # nothing more queued: the pool is all the work
+
+
 async def test_a_natural_completion_refunds_its_admission_but_a_cancellation_does_not(
     make: MakeHarness,
 ) -> None:

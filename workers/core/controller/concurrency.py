@@ -253,7 +253,9 @@ class Controller:
         out: tuple[Decision, ...] = ()
         if self._overrides.due(now) or self._freshness.stalled(now):
             out = self._record_growth(now) + self._expire_pin(now) + self._check_stall(now)
-        return out + self._turn(1, completion.pool + self._others_counted(), now, grows=ok)
+        others = self._others_counted()
+        wanted = max(completion.pool, completion.demand) + others
+        return out + self._turn(1, completion.pool + others, now, grows=ok, wanted=wanted)
 
     def others_completed(self, count: int, *, now: float) -> tuple[Decision, ...]:
         """``count`` episodes the other runs sharing the engines completed since the last look
@@ -262,19 +264,23 @@ class Controller:
         check_inflight(count)
         if not count or self._part is None or not self._part.leads:
             return ()
-        return self._turn(count, self._inflight + self._part.others_inflight, now, grows=True)
+        pool = self._inflight + self._part.others_inflight
+        return self._turn(count, pool, now, grows=True, wanted=pool)
 
     @property
     def completed(self) -> int:
         """Episodes it completed with tokens, since it was made: its claim says so."""
         return self._completed
 
-    def _turn(self, count: int, pool: int, now: float, *, grows: bool) -> tuple[Decision, ...]:
+    def _turn(
+        self, count: int, pool: int, now: float, *, grows: bool, wanted: int
+    ) -> tuple[Decision, ...]:
         """``count`` completions out of a pool of ``pool`` episodes: the turnover advances by
-        their part of it, and the level grows by the policy's rate for that part."""
+        their part of it, and the level grows by the policy's rate for that part when the
+        ``wanted`` pool (with the work queued for the cap's room) binds the cap."""
         turnovers = count / max(1, pool)
         self._turnover += turnovers
-        if not (grows and self._may_grow(pool, now)):
+        if not (grows and self._may_grow(wanted, now)):
             return ()
         before = self._policy_cap()
         grown = self._level * self._growth ** self._licensed(turnovers)

@@ -62,12 +62,15 @@ class EpisodeCompletion:
     tokens: int  # tokens the episode generated
     ok: bool  # False when the episode failed (engine error, timeout)
     pool: int  # in-flight count INCLUDING this episode, taken before its permit was released
+    demand: int = 0  # the pool with the queued episodes the cap has room for (0: the pool)
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
             raise ValueError(f"tokens must be >= 0, got {self.tokens}")
         if self.pool < 1:
             raise ValueError(f"pool counts the finished episode itself, so >= 1; got {self.pool}")
+        if self.demand < 0:
+            raise ValueError(f"demand must be >= 0, got {self.demand}")
 
 
 @dataclass(frozen=True, slots=True)

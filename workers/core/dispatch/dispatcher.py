@@ -92,6 +92,17 @@ class Dispatcher(Generic[P, R]):
         """Episodes submitted and not yet admitted."""
         return self._queue.pending_episodes
 
+    @property
+    def demand(self) -> int:
+        """The pool after one pacing window's admissions of the queued work, under the cap:
+        pacing spreads a rising cap's new slots over its window, and meanwhile the pool is
+        short of the cap for want of admissions, not of work."""
+        inflight = self._ledger.inflight
+        next_group = self._queue.next()
+        size = next_group.spec.size if next_group is not None else 1
+        window = min(self._queue.pending_episodes, self._pacer.budget(self._cap, size))
+        return max(inflight, min(self._cap, inflight + window))
+
     # -- inputs from the runtime -----------------------------------------------------------
 
     def submit(self, spec: GroupSpec[P]) -> bool:
