@@ -254,8 +254,8 @@ class Controller:
         if self._overrides.due(now) or self._freshness.stalled(now):
             out = self._record_growth(now) + self._expire_pin(now) + self._check_stall(now)
         others = self._others_counted()
-        wanted = max(completion.pool, completion.demand) + others
-        return out + self._turn(1, completion.pool + others, now, grows=ok, wanted=wanted)
+        demand = max(completion.pool, completion.demand) + others
+        return out + self._turn(1, completion.pool + others, now, grows=ok, demand=demand)
 
     def others_completed(self, count: int, *, now: float) -> tuple[Decision, ...]:
         """``count`` episodes the other runs sharing the engines completed since the last look
@@ -265,7 +265,7 @@ class Controller:
         if not count or self._part is None or not self._part.leads:
             return ()
         pool = self._inflight + self._part.others_inflight
-        return self._turn(count, pool, now, grows=True, wanted=pool)
+        return self._turn(count, pool, now, grows=True, demand=pool)
 
     @property
     def completed(self) -> int:
@@ -273,14 +273,14 @@ class Controller:
         return self._completed
 
     def _turn(
-        self, count: int, pool: int, now: float, *, grows: bool, wanted: int
+        self, count: int, pool: int, now: float, *, grows: bool, demand: int
     ) -> tuple[Decision, ...]:
         """``count`` completions out of a pool of ``pool`` episodes: the turnover advances by
         their part of it, and the level grows by the policy's rate for that part when the
-        ``wanted`` pool (with the work queued for the cap's room) binds the cap."""
+        ``demand`` (the pool with the queued work pacing lets in next) binds the cap."""
         turnovers = count / max(1, pool)
         self._turnover += turnovers
-        if not (grows and self._may_grow(wanted, now)):
+        if not (grows and self._may_grow(demand, now)):
             return ()
         before = self._policy_cap()
         grown = self._level * self._growth ** self._licensed(turnovers)

@@ -132,7 +132,9 @@ class PacerPolicy:
         excused = trial or self._excused(pool)
         if excused:
             overload = replace(overload, preempted=False, queue_overload=False)
-        signal, cause = self._classify(overload, poll, queue_rising, pool, kv, evicting, trial)
+        signal, cause = self._classify(
+            overload, poll, queue_rising, pool, kv, evicting, trial, excused
+        )
         self._last = (overload, poll, signal, cause)
         growth, ceiling = 1.0, self._knee.ceiling
         if cause is Cause.THROUGHPUT_RISING:
@@ -227,9 +229,11 @@ class PacerPolicy:
         kv: float,
         evicting: bool,
         trial: bool,
+        excused: bool,
     ) -> tuple[Signal, Cause]:
         """``kv`` is the recent KV priced with one more episode; ``trial``: the pool is on the
-        probe's trial (``ThroughputProbe.on_trial``), held past the line until its verdict."""
+        probe's trial (``ThroughputProbe.on_trial``), held past the line until its verdict;
+        ``excused``: its preemptions are (the trial, or ``_excused``)."""
         cfg = self.config
         if overload.hard:
             return Signal.HARD, overload.hard_cause
@@ -241,7 +245,7 @@ class PacerPolicy:
         frontier = self._frontier
         if (pressed or kv >= cfg.target_kv_usage) and frontier and pool.level < frontier:
             return Signal.CLEAR, Cause.FRONTIER  # back up to a pool shown to pay, through its price
-        if (pressed or kv >= cfg.target_kv_usage) and self._excused(pool):
+        if (pressed or kv >= cfg.target_kv_usage) and excused:
             return Signal.SOFT, Cause.FRONTIER
         if evicting:
             return Signal.SOFT, Cause.PREFIX_EVICTION
