@@ -81,16 +81,23 @@ async def test_f16_refill_after_a_barrier_reaches_the_cap_in_one_go(make: MakeHa
     assert h.inflight == 64  # same instant, no clock advance: all 16 groups at once
 
 
-async def test_completions_above_the_cap_bank_no_credit_for_a_later_raise(
-    make: MakeHarness,
-) -> None:
+async def full_at_100(make: MakeHarness, groups: int) -> Harness:
+    """``groups`` of four queued under a paced cap of 100, run until the pool is full and the
+    last paid admissions have left the window."""
     h = make(cap=100, config=DispatcherConfig())
-    for n in range(40):
+    for n in range(groups):
         h.submit(f"g{n}")
     for _ in range(10):
         await h.advance(5.0)
     assert h.inflight == 100
     await h.advance(5.0)  # the last paid admissions left the window
+    return h
+
+
+async def test_completions_above_the_cap_bank_no_credit_for_a_later_raise(
+    make: MakeHarness,
+) -> None:
+    h = await full_at_100(make, groups=40)
     h.dispatcher.set_cap(50)
     for n in range(12):
         h.engines.finish(f"g{n}", 0, 1, 2, 3)
@@ -107,13 +114,7 @@ async def test_credits_banked_with_an_empty_queue_do_not_outlive_their_slots(
 ) -> None:
     """Completions with nothing queued bank credits for slots that a cut then takes away;
     kept, they would pay for a burst when the cap rose again."""
-    h = make(cap=100, config=DispatcherConfig())
-    for n in range(25):
-        h.submit(f"g{n}")
-    for _ in range(10):
-        await h.advance(5.0)
-    assert h.inflight == 100
-    await h.advance(5.0)  # the last paid admissions left the window
+    h = await full_at_100(make, groups=25)
     for n in range(10):
         h.engines.finish(f"g{n}", 0, 1, 2, 3)
     await h.settle()
