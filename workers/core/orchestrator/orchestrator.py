@@ -150,30 +150,25 @@ class Orchestrator:
             on_failed=self._fail,
             on_left=self._engine_left,
         )
-        self._relay = (
-            None
-            if weights is None
-            else Relay(
-                dict(weights),
-                clock,
-                mode=UpdateMode(config.trainer.updates),
-                routing=self._loop.dispatcher,
-                loop_state=self._loop_state,
-            )
-        )
         self._versions = (
             None
-            if self._relay is None
+            if weights is None
             else VersionWatch(
-                self._relay,
+                Relay(
+                    dict(weights),
+                    clock,
+                    mode=UpdateMode(config.trainer.updates),
+                    routing=self._loop.dispatcher,
+                    loop_state=self._loop_state,
+                ),
                 engines=list(self._engines),
                 routing=self._loop.dispatcher,
                 clock=clock,
                 on_decisions=self._reporter.decisions,
             )
         )
-        if self._relay is not None and start.checkpoint is not None:
-            self._relay.target = (start.policy_version, start.checkpoint)
+        if self._versions is not None and start.checkpoint is not None:
+            self._versions.relay.target = (start.policy_version, start.checkpoint)
         self._book = GroupBook()
         self._step = start.step
         self._version = start.policy_version
@@ -212,10 +207,7 @@ class Orchestrator:
     def weights_by_engine(self) -> dict[str, tuple[int | None, bool]] | None:
         """Each engine's served version on the relay's record (None until the run knows it)
         and whether it is updating now; None when the run relays no weights."""
-        relay = self._relay
-        if relay is None:
-            return None
-        return {e: (relay.served.get(e), e in relay.updating) for e in list(self._engines)}
+        return None if self._versions is None else self._versions.by_engine()
 
     @property
     def waves(self) -> int:
@@ -246,10 +238,10 @@ class Orchestrator:
         run's version. ValueError when it is in the run already, or when its weight routes are
         missing (or given) against the run's trainer. The decision is the caller's to apply
         (``loop.command``), once linked to its command."""
-        if (weights is None) != (self._relay is None):
+        versions = self._versions
+        if (weights is None) != (versions is None):
             needs = "needs its weight routes" if weights is None else "relays no weights"
             raise ValueError(f"engine {name}: the run {needs}")
-        versions = self._versions
         if versions is not None:
             self._loop.dispatcher.hold(name)  # before routing can reach it
         try:
@@ -259,9 +251,8 @@ class Orchestrator:
                 self._loop.dispatcher.release(name)
             raise
         self._engines[name] = client
-        if versions is not None and self._relay is not None and weights is not None:
-            self._relay.add(name, weights)
-            versions.add(name)
+        if versions is not None and weights is not None:
+            versions.add(name, weights)
         return decision
 
     def remove_engine(self, name: str, drain_s: float) -> Decision:
@@ -271,8 +262,7 @@ class Orchestrator:
 
     def _engine_left(self, name: str) -> None:
         self._engines.pop(name, None)
-        if self._relay is not None and self._versions is not None:
-            self._relay.remove(name)
+        if self._versions is not None:
             self._versions.remove(name)
         if self._on_engine_left is not None:
             self._on_engine_left(name)
@@ -387,9 +377,10 @@ class Orchestrator:
         """Bring the engines to the acknowledged weights, when the trainer sent new ones and
         the run can reach its engines' weight routes; the groups sampled meanwhile are judged
         by the off-policy bound as the version then advances."""
-        if self._relay is None or ack.checkpoint is None or ack.checkpoint == self._checkpoint:
+        versions = self._versions
+        if versions is None or ack.checkpoint is None or ack.checkpoint == self._checkpoint:
             return
-        self._reporter.decisions(await self._relay.update(ack.version, ack.checkpoint))
+        self._reporter.decisions(await versions.relay.update(ack.version, ack.checkpoint))
 
     def _loop_state(self) -> tuple[int, Signal]:
         """The cap and the engines' reading now, for the relay's decisions."""

@@ -25,6 +25,7 @@ from workers.core.decisions import Decision
 from workers.core.orchestrator.relay import (
     UPDATE_SETTLE_POLLS,
     WEIGHTS_CHECK_S,
+    EngineWeights,
     Relay,
     Routing,
 )
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 
 class VersionWatch:
+    """The run's relay and the watch over what its engines serve: an engine joins and leaves
+    both at once."""
+
     def __init__(
         self,
         relay: Relay,
@@ -54,14 +58,26 @@ class VersionWatch:
         self._resumes_seen: dict[str, float] = {}
         self._held_for_check: set[str] = set()  # engines out of routing until checked
 
-    def add(self, engine: str) -> None:
+    @property
+    def relay(self) -> Relay:
+        return self._relay
+
+    def by_engine(self) -> dict[str, tuple[int | None, bool]]:
+        """Each engine's served version on the relay's record (None until the run knows it)
+        and whether it is updating now."""
+        relay = self._relay
+        return {e: (relay.served.get(e), e in relay.updating) for e in self._engines}
+
+    def add(self, engine: str, weights: EngineWeights) -> None:
         """An engine joined the run (held out of routing by the caller): checked at once, and
         routed once its version is read back (and, if need be, pushed)."""
+        self._relay.add(engine, weights)
         self._engines = (*self._engines, engine)
         self._held_for_check.add(engine)
         self._check_now.set()
 
     def remove(self, engine: str) -> None:
+        self._relay.remove(engine)
         self._engines = tuple(e for e in self._engines if e != engine)
         self._health.pop(engine, None)
         self._settling.pop(engine, None)
