@@ -50,11 +50,29 @@ class EngineShape:
     reload_s: float = 0.0  # a weight reload's hold on the engine (workloads with a [trainer])
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class EpisodeTokens:
-    """Tokens generated so far for one episode, however it will end."""
+    """Tokens generated so far for one episode, however it will end: those of its finished
+    turns, and the request it is decoding now, if any."""
 
     tokens: int = 0
+    decoding: Request | None = None
+
+    @property
+    def so_far(self) -> int:
+        return self.tokens + (0 if self.decoding is None else self.decoding.num_output_tokens)
+
+
+@dataclass(slots=True)
+class InFlight:
+    """One run's episodes in flight: the tokens generated for them so far are work done but
+    not yet delivered, which a window's rate must count, or a window would be credited with
+    the completions of work done before it."""
+
+    episodes: set[EpisodeTokens] = field(default_factory=set)
+
+    def tokens(self) -> int:
+        return sum(episode.so_far for episode in self.episodes)
 
 
 # The episode the running task belongs to: set by ``Tallied`` environments, read by clients.
@@ -257,6 +275,9 @@ class VirtualClient:
             return str(refused)
         future: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         engine.waiters[req_id] = (future, req)
+        episode = current_episode.get() if counted else None
+        if episode is not None:
+            episode.decoding = req
         try:
             return await future
         except EngineGone as gone:
@@ -267,6 +288,9 @@ class VirtualClient:
                 engine.virtual.abort([req_id])
                 self._waste_partial(req, counted)
             raise
+        finally:
+            if episode is not None:
+                episode.decoding = None
 
     def _waste_partial(self, req: Request, counted: bool) -> None:
         self._waste.aborted_requests += 1

@@ -32,6 +32,7 @@ class Sample:
     cap: int
     inflight: int
     completed_tokens: int  # cumulative, up to this poll
+    progress: int  # completed tokens and those generated so far for episodes in flight
     kv: float  # highest KV usage of a serving engine
     running: int
     waiting: int  # waiting for capacity, serving engines
@@ -68,6 +69,7 @@ class RunOutcome:
     policy: str
     seconds: float
     completed_tokens: int
+    progress_tokens: int  # at the horizon: completed, and generated for episodes in flight
     completed_episodes: int
     failed_episodes: int
     wasted_tokens: int
@@ -87,15 +89,19 @@ class RunOutcome:
 
     @property
     def steady_throughput(self) -> float:
-        """Completed-episode tokens per second over the second half of the run, from its
-        last poll at or before half-way (the run's start if none) to the end: the rate once
-        the ramp is over, which is what an hours-long run mostly delivers."""
+        """The run's work per second over its second half, from its last poll at or before
+        half-way (the run's start if none) to the end: the rate once the ramp is over, which
+        is what an hours-long run mostly delivers. Work is completed-episode tokens plus the
+        tokens generated so far for episodes in flight (less those of episodes cancelled or
+        failed meanwhile): read from completions alone, a window would be paid for the
+        backlog a large pool built before it, and the second half of a fixed cap of 1,000
+        on W3 would score half as much again as its whole run."""
         at, done = 0.0, 0
         for sample in self.samples:
             if sample.at > self.seconds / 2:
                 break
-            at, done = sample.at, sample.completed_tokens
-        return (self.completed_tokens - done) / (self.seconds - at)
+            at, done = sample.at, sample.progress
+        return (self.progress_tokens - done) / (self.seconds - at)
 
     @property
     def direction_changes(self) -> int:

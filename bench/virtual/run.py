@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.virtual.driver import InlineExecutor, VirtualTime
-from bench.virtual.engines import PrefillPool, SimEngine, VirtualClient, Waste
+from bench.virtual.engines import InFlight, PrefillPool, SimEngine, VirtualClient, Waste
 from bench.virtual.events import Members, apply_event
 from bench.virtual.outcome import EngineEpisodes, PoolDecision, RunOutcome, Sample
 from bench.virtual.tally import Tallied
@@ -87,8 +87,9 @@ class Recorder(QuietReporter):
     turnovers, which the ramp is read in; the decisions about the pool (its engines, and
     the run's share of engines other runs use), as the reporter of a hosted run hears them."""
 
-    def __init__(self, members: Members, reader: str = "") -> None:
+    def __init__(self, members: Members, in_flight: InFlight, reader: str = "") -> None:
         self.members = members
+        self.in_flight = in_flight
         self.reader = reader  # whose monitor scrapes: runs sharing engines each have one
         self.completed_tokens = 0
         self.completed_episodes = 0
@@ -129,6 +130,7 @@ class Recorder(QuietReporter):
                 cap=dispatcher.cap,
                 inflight=dispatcher.inflight,
                 completed_tokens=self.completed_tokens,
+                progress=self.progress(),
                 kv=max((s.kv_usage for s in decode), default=0.0),
                 running=sum(s.num_running for s in decode),
                 waiting=sum(s.capacity_waiters for s in decode),
@@ -136,6 +138,10 @@ class Recorder(QuietReporter):
             )
         )
         return samples
+
+    def progress(self) -> int:
+        """The run's work so far: completed tokens, and those of the episodes in flight."""
+        return self.completed_tokens + self.in_flight.tokens()
 
 
 def run_workload(
@@ -179,6 +185,7 @@ def host_run(
     """A run's orchestrator on ``engines``; ``reader`` names its monitor and its requests,
     so that runs sharing the engines each scrape them and each find their own requests."""
     waste = Waste()
+    in_flight = InFlight()
     prefill = PrefillPool([e for e in engines if e.shape.role is EngineRole.PREFILL])
 
     def connect(engine: SimEngine) -> tuple[EngineClient, EngineWeights | None]:
@@ -193,10 +200,11 @@ def host_run(
     }
     by_name = {e.name: e for e in engines}
     tallied = tuple(
-        dataclasses.replace(env, environment=Tallied(env.environment, waste)) for env in config.envs
+        dataclasses.replace(env, environment=Tallied(env.environment, waste, in_flight))
+        for env in config.envs
     )
     config = dataclasses.replace(config, envs=tallied)
-    recorder = Recorder(members, reader)
+    recorder = Recorder(members, in_flight, reader)
 
     async def poll() -> list[LoadSample]:
         return recorder.poll(clock.now())
@@ -243,6 +251,7 @@ async def _run(workload: Workload, config: RunConfig, policy: str, horizon: floa
         policy=policy,
         seconds=horizon,
         completed_tokens=recorder.completed_tokens,
+        progress_tokens=recorder.progress(),
         completed_episodes=recorder.completed_episodes,
         failed_episodes=recorder.failed_episodes,
         wasted_tokens=hosted.waste.tokens,

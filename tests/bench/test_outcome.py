@@ -3,6 +3,7 @@ in turnovers, on outcomes built by hand so that every figure is known in advance
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,9 @@ def tokens_at(at: float) -> int:
     return 5000 + round(200 * (at - 75))
 
 
-def outcome(poll_every: float) -> RunOutcome:
+def outcome(poll_every: float, in_flight: Callable[[float], int] = lambda at: 0) -> RunOutcome:
+    """The ramp polled every ``poll_every`` seconds; ``in_flight`` gives the tokens generated
+    by then for episodes not yet completed."""
     polls = [i * poll_every for i in range(int(SECONDS / poll_every) + 1)]
     samples = tuple(
         Sample(
@@ -32,6 +35,7 @@ def outcome(poll_every: float) -> RunOutcome:
             cap=10,
             inflight=10,
             completed_tokens=tokens_at(at),
+            progress=tokens_at(at) + in_flight(at),
             kv=0.5,
             running=10,
             waiting=0,
@@ -44,6 +48,7 @@ def outcome(poll_every: float) -> RunOutcome:
         policy="pacer",
         seconds=SECONDS,
         completed_tokens=tokens_at(SECONDS),
+        progress_tokens=tokens_at(SECONDS) + in_flight(SECONDS),
         completed_episodes=100,
         failed_episodes=0,
         wasted_tokens=0,
@@ -61,6 +66,16 @@ def test_the_steady_rate_is_the_second_half_of_the_run() -> None:
     figures = run.figures(oracle=120.0)
     assert figures["ratio_to_oracle"] == pytest.approx(100 / 120, abs=1e-3)
     assert figures["steady_ratio"] == 1.25
+
+
+def test_the_second_half_is_not_paid_for_work_done_before_it() -> None:
+    """Half the first half's work was still in flight at 50 s and completed after it: the
+    completions of the second half (7,500 tokens) hold 2,500 tokens generated before it, so
+    its rate is 100 tokens/s, not 150. A pool held at the same work in flight throughout
+    changes nothing."""
+    backlog = outcome(poll_every=5.0, in_flight=lambda at: 2500 if at <= 50 else 0)
+    assert backlog.steady_throughput == 100.0
+    assert outcome(poll_every=5.0, in_flight=lambda at: 800).steady_throughput == 150.0
 
 
 def test_the_second_half_starts_at_the_last_poll_before_half_way() -> None:

@@ -7,8 +7,13 @@ runs the cache fuller. Each run costs a few wall seconds.
 
 from __future__ import annotations
 
-from bench.virtual.run import run_workload
+import asyncio
+
+from bench.virtual.driver import InlineExecutor, VirtualTime
+from bench.virtual.engines import SimEngine
+from bench.virtual.run import concurrency_table, host_run, run_workload
 from bench.virtual.workload import parse_workload
+from workers.core.clock import ManualClock
 
 SMALL = {
     "workload": {"name": "smoke"},
@@ -62,3 +67,33 @@ def test_updates_in_the_loop_pause_the_engines_for_their_reload() -> None:
     rolling_document = {**updated, "trainer": {"updates": "rolling", "train_s": 1.0}}
     rolling = run_workload(parse_workload(rolling_document), "pacer")
     assert free.completed_tokens > rolling.completed_tokens > sync.completed_tokens > 0
+
+
+def test_every_generated_token_is_completed_in_flight_or_wasted() -> None:
+    """The steady rate reads a run's work as its completed tokens plus those generated so far
+    for its episodes in flight; that is the work the engines did, less the waste, only if
+    every generated token is in exactly one of the three. A pool of 200 on one engine
+    preempts, and groups more than one step stale are shed, so none of the three is empty
+    at the horizon."""
+    run = {**SMALL["run"], "seconds": 90, "max_off_policy_steps": 1}
+    workload = parse_workload({**SMALL, "run": run})
+    config = workload.run_config(concurrency_table("fixed:200", workload.poll_interval_s))
+
+    async def simulate() -> tuple[int, int, int, int]:
+        asyncio.get_running_loop().set_default_executor(InlineExecutor())
+        clock = ManualClock()
+        engines = [SimEngine(shape, seed=n) for n, shape in enumerate(workload.engines)]
+        hosted = host_run(config, engines, clock, None)
+        driver = VirtualTime(clock, engines)
+        task = asyncio.get_running_loop().create_task(hosted.orchestrator.run())
+        await driver.run(workload.seconds)
+        recorder = hosted.recorder
+        generated = sum(e.virtual.engine.counters.generation_tokens for e in engines)
+        seen = (generated, recorder.completed_tokens, recorder.progress(), hosted.waste.tokens)
+        hosted.orchestrator.stop("test horizon")
+        await driver.wind_down(task)
+        return seen
+
+    generated, completed, progress, wasted = asyncio.run(simulate())
+    assert completed > 0 and progress > completed and wasted > 0
+    assert generated == progress + wasted
