@@ -108,10 +108,12 @@ def _ramp(figures: dict[str, Any]) -> str:
 
 def _section(workload: str, curve: Sweep, adaptive: list[tuple[Job, RunOutcome]]) -> str:
     stem = Path(workload).stem
+    steady_cap, steady_ratio = curve.steady_best()
     lines = [
         f"### {curve.best.workload}: {stem}",
         "",
-        f"Curve: {curve.shape()}.",
+        f"Curve: {curve.shape()}. Best second half: cap {steady_cap}, steady ratio "
+        f"{steady_ratio:.3f}.",
         "",
         curve.table(),
         "",
@@ -169,7 +171,8 @@ def _document(rows: list[str], sections: list[str], wall: float, runs: int) -> s
         "the backlog of the one before) and its time to 90 % (the first time a trailing",
         "minute delivered 90 % of the oracle's rate, in seconds and in turnovers: full",
         "replacements of the pool, as the controller counts them). A fixed cap has no ramp in",
-        "its second half, so each sweep table gives every cap's steady ratio as the yardstick.",
+        "its second half, so each sweep table gives every cap's steady ratio as the yardstick",
+        "and its section's first line names the best of them.",
         "",
         f"Suite: {runs} runs in {wall:.0f} s wall on 2 worker processes.",
         "",

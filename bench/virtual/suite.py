@@ -104,6 +104,12 @@ class Sweep:
     def best_cap(self) -> int:
         return self.caps[self.outcomes.index(self.best)]
 
+    def steady_best(self) -> tuple[int, float]:
+        """The cap whose second half did the most work, and that rate over the oracle: what
+        a policy's steady ratio can reach with a cap held from the start."""
+        best = max(self.outcomes, key=lambda o: o.steady_throughput)
+        return self.caps[self.outcomes.index(best)], best.steady_throughput / self.oracle
+
     def shape(self) -> str:
         """Whether the curve is flat past its knee, keeps rising, or falls off a cliff."""
         best = self.caps.index(self.best_cap)

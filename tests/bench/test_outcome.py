@@ -3,6 +3,7 @@ in turnovers, on outcomes built by hand so that every figure is known in advance
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from bench.virtual.cli import main
 from bench.virtual.outcome import RunOutcome, Sample
+from bench.virtual.suite import Sweep
 
 SECONDS = 100.0
 
@@ -76,6 +78,17 @@ def test_the_second_half_is_not_paid_for_work_done_before_it() -> None:
     backlog = outcome(poll_every=5.0, in_flight=lambda at: 2500 if at <= 50 else 0)
     assert backlog.steady_throughput == 100.0
     assert outcome(poll_every=5.0, in_flight=lambda at: 800).steady_throughput == 150.0
+
+
+def test_a_sweep_names_the_best_whole_run_and_the_best_second_half_apart() -> None:
+    """Cap 10 delivers more over the whole run (120 tokens/s against 100) but half its first
+    half's work was a backlog; cap 20's second half does more (150 tokens/s): the oracle is
+    cap 10's whole run, the best second half cap 20's, read against that oracle."""
+    backlogged = outcome(poll_every=5.0, in_flight=lambda at: 2500 if at <= 50 else 0)
+    faster_start = dataclasses.replace(backlogged, completed_tokens=12000)
+    sweep = Sweep((10, 20), (faster_start, outcome(poll_every=5.0)))
+    assert (sweep.best_cap, sweep.oracle) == (10, 120.0)
+    assert sweep.steady_best() == (20, 1.25)
 
 
 def test_the_second_half_starts_at_the_last_poll_before_half_way() -> None:
