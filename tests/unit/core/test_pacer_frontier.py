@@ -103,7 +103,7 @@ def test_a_preemption_above_the_frontier_once_growth_stopped_paying_cuts() -> No
     assert proposal.kind is DecisionKind.CUT
 
 
-def test_the_frontier_is_forgotten_with_the_knee() -> None:
+def test_a_frontier_no_longer_holding_the_pool_past_the_target_is_forgotten_with_the_knee() -> None:
     run = paid_climb()
     memory = PacerConfig().knee_memory_turnovers
     while run.polls / POLLS_PER_EPOCH <= 2 + memory:
@@ -112,6 +112,72 @@ def test_the_frontier_is_forgotten_with_the_knee() -> None:
     assert "frontier" not in reading.figures
     assert reading.signal is Signal.HARD
     assert proposal is not None
+
+
+def held_at_the_frontier_past_its_memory() -> tuple[Run, Proposal]:
+    """The paid climb's frontier of 120, held preempting until its memory runs out: the
+    poll that finds it old proposes the recheck's trim."""
+    run = paid_climb()
+    run.epoch(120, 1200, kv=1.0, preemptions=5)  # the verdict that paid lapses with it
+    memory = PacerConfig().knee_memory_turnovers
+    while True:
+        reading, proposal = run.poll(120, tokens=1200, kv=1.0, preemptions=5)
+        assert reading.signal is not Signal.HARD
+        if proposal is not None:
+            assert run.polls / POLLS_PER_EPOCH > 2 + memory
+            return run, proposal
+        assert (reading.signal, reading.cause) == (Signal.SOFT, Cause.FRONTIER)
+
+
+def test_a_frontier_past_its_memory_that_holds_preemptions_is_rechecked_not_cut() -> None:
+    _, proposal = held_at_the_frontier_past_its_memory()
+    assert (proposal.kind, proposal.cause, proposal.shed) == (
+        DecisionKind.TRIM,
+        Cause.FRONTIER,
+        False,
+    )
+    assert proposal.level == pytest.approx(120.0 / PacerConfig().frontier_growth)
+    assert "to see whether it still pays" in proposal.detail
+
+
+def recheck(tokens: int) -> list[Reading]:
+    """The recheck's step under the frontier: the epoch the pool drains in, then a whole one
+    at 104 making ``tokens`` a poll (the frontier's pool made 1,200)."""
+    run, proposal = held_at_the_frontier_past_its_memory()
+    level = proposal.level
+    readings = [run.poll(112, level=level, tokens=tokens, kv=1.0, preemptions=5)[0]]
+    while run.polls % POLLS_PER_EPOCH:
+        readings.append(run.poll(104, level=level, tokens=tokens, kv=1.0, preemptions=5)[0])
+    for _ in range(POLLS_PER_EPOCH):
+        readings.append(run.poll(104, level=level, tokens=tokens, kv=1.0, preemptions=5)[0])
+    return readings
+
+
+def test_a_recheck_whose_smaller_pool_lost_throughput_keeps_the_frontier_and_regrows() -> None:
+    readings = recheck(tokens=1050)  # 15 % fewer in flight, 12.5 % fewer tokens: it paid
+    held, verdict = readings[:-1], readings[-1]
+    assert all((r.signal, r.cause) == (Signal.SOFT, Cause.FRONTIER) for r in held)
+    assert verdict.figures["frontier"] == pytest.approx(120.0)
+    assert (verdict.signal, verdict.cause) == (Signal.CLEAR, Cause.FRONTIER)
+    assert verdict.growth == pytest.approx(PacerConfig().frontier_growth)
+    assert verdict.ceiling == pytest.approx(120.0)
+
+
+def test_a_recheck_whose_smaller_pool_made_as_much_moves_the_frontier_down() -> None:
+    readings = recheck(tokens=1190)  # 15 % fewer in flight, 1 % fewer tokens: it did not
+    verdict = readings[-1]
+    assert verdict.figures["frontier"] == pytest.approx(120.0 / PacerConfig().frontier_growth)
+    # Held there through its preemptions: the smaller pool is now the one shown to pay.
+    assert (verdict.signal, verdict.cause) == (Signal.SOFT, Cause.FRONTIER)
+
+
+def test_a_recheck_survives_a_restart() -> None:
+    run, _ = held_at_the_frontier_past_its_memory()
+    stored = run.policy.to_json()
+    assert stored["recheck"][:2] == pytest.approx([120.0, 1200 * POLLS_PER_EPOCH / 20.0])
+    copy = PacerPolicy()
+    copy.load_json(stored)
+    assert copy.to_json() == stored
 
 
 def test_a_persistent_queue_above_the_frontier_still_cuts() -> None:

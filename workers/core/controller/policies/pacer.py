@@ -11,7 +11,7 @@ from workers.core.controller.policies.base import PoolView, Proposal, Reading
 from workers.core.controller.policies.knee import Knee
 from workers.core.controller.policies.kv_window import KvWindow
 from workers.core.controller.policies.pacer_config import PacerConfig
-from workers.core.controller.policies.probe import ThroughputProbe
+from workers.core.controller.policies.probe import EpochRate, ThroughputProbe
 from workers.core.controller.policies.reductions import TrimRest, cut_proposal
 from workers.core.controller.policies.signals import Overload, OverloadTracker, overload_figures
 from workers.core.controller.polls import PollSummary
@@ -25,6 +25,7 @@ from workers.core.validation import (
 )
 
 HOLD_TURNOVERS = 1.0  # after a flat probe, grow again only after one epoch at the frontier
+RECHECK_TURNOVERS = 3.0  # a recheck's step down drains in one epoch and is judged on the next
 
 
 class PacerPolicy:
@@ -48,11 +49,17 @@ class PacerPolicy:
       throughput in proportion (the probe's ``larger_paid``) with KV still at the target shows
       the pool it cut paid: that pool becomes the frontier and the cut's knee is dropped, so a
       policy that braked on cheap preemptions before the probe had a verdict climbs back. The
-      frontier is forgotten with the knee, after ``knee_memory_turnovers``, so a workload that
-      changed must pay again. The verdict needs a whole epoch of the larger pool, so the first
-      time a pool the probe can judge (a step over its anchor) crosses the KV target or the
-      trim line, preempts or evicts, it is on trial (SOFT, probing): held, neither trimmed nor
-      cut, for the epoch in progress and the next, and their verdict decides.
+      verdict needs a whole epoch of the larger pool, so the first time a pool the probe can
+      judge (a step over its anchor) crosses the KV target or the trim line, preempts or
+      evicts, it is on trial (SOFT, probing): held, neither trimmed nor cut, for the epoch in
+      progress and the next, and their verdict decides. A frontier lasts as long as a knee
+      (``knee_memory_turnovers``), since a workload that changed must show again that it
+      pays: one still holding the pool past the KV target is then *rechecked*, the cap trimmed
+      one growth step under it (nothing shed, preemptions still held) and the smaller pool's
+      first whole epoch compared with the frontier's last. Lost throughput in proportion: the
+      frontier stands and the cap grows back to it (that return is judged as any growth is,
+      so where a larger pool now pays it carries on past); else the smaller pool is the
+      frontier. One no longer holding the pool past the target is forgotten.
     - SOFT with a trim: KV above ``trim_kv_usage`` for ``confirm_polls`` polls, or above
       ``shed_kv_usage`` once (cap = inflight x target / usage, the excess shed in the latter
       case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear
@@ -106,17 +113,18 @@ class PacerPolicy:
         self._frontier: float | None = None  # the largest pool shown to pay past the KV target
         self._frontier_turnover = 0.0
         self._settling = False  # a flat epoch trimmed the cap to the frontier; the pool drains
+        self._recheck: EpochRate | None = None  # the frontier's epoch a recheck compares with
+        self._recheck_until = 0.0  # ...and the turnover it gives up at
         self._last: tuple[Overload, PollSummary, Signal, Cause] | None = None
 
     def read(self, poll: PollSummary, pool: PoolView) -> Reading:
         cfg = self.config
         overload = self._overload.update(poll, draining=pool.draining)
         self._judge_epoch(poll, pool)
+        self._judge_recheck(pool)
         self._trim_rest.tick()
         self._knee.observe(poll, pool)
-        forgotten = pool.turnover - self._frontier_turnover > cfg.knee_memory_turnovers
-        if self._frontier is not None and forgotten:
-            self._frontier = None
+        self._age_frontier(poll, pool)
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
         self._recent_kv.add(poll)
         queue_rising = 0 < self._queue_before < poll.waiting_capacity
@@ -157,6 +165,14 @@ class PacerPolicy:
         if signal is Signal.HARD:
             return self._cut(overload, pool)
         frontier = self._frontier
+        if self._recheck is not None and frontier is not None:
+            step_under = frontier / self.config.frontier_growth
+            if step_under < pool.level:
+                detail = (
+                    f"frontier {frontier:.0f} is {self.config.knee_memory_turnovers:g} "
+                    f"turnovers old: one step under it, to see whether it still pays"
+                )
+                return Proposal(DecisionKind.TRIM, step_under, False, Cause.FRONTIER, detail)
         if self._settling and frontier is not None and frontier < pool.level:
             detail = f"inflight {pool.inflight} bought no more tokens/s than {frontier:.0f}"
             flat = Cause.THROUGHPUT_FLAT
@@ -194,6 +210,43 @@ class PacerPolicy:
             self._knee.drop()
             self._frontier = max(self._frontier or 0.0, probe.larger_paid.inflight)
             self._frontier_turnover = pool.turnover
+
+    def _age_frontier(self, poll: PollSummary, pool: PoolView) -> None:
+        """Past its memory, recheck a frontier that holds the pool past the KV target, as soon
+        as an epoch at it closes (within ``RECHECK_TURNOVERS``), or forget it. Forgetting one
+        that held the pool past the target made its next preemption a cut: on W5 run for an
+        hour, 226 was cut and escalated to 71 at 2,400 s, and ran 9 % slower from then on."""
+        frontier, cfg = self._frontier, self.config
+        if frontier is None:
+            return
+        if self._recheck is not None:
+            if pool.turnover > self._recheck_until:
+                self._frontier = self._recheck = None
+            return
+        age = pool.turnover - self._frontier_turnover - cfg.knee_memory_turnovers
+        if age <= 0:
+            return
+        last = self._probe.last
+        pressed = poll.preemptions > 0 or poll.max_kv_usage >= cfg.target_kv_usage
+        at_frontier = last is not None and last.inflight * (1.0 + cfg.probe_step) >= frontier
+        if pressed and last is not None and at_frontier and last.rate > 0:
+            self._recheck, self._recheck_until = last, pool.turnover + RECHECK_TURNOVERS
+        elif not pressed or age > RECHECK_TURNOVERS:
+            self._frontier = None
+
+    def _judge_recheck(self, pool: PoolView) -> None:
+        """Once an epoch a whole step under the frontier's closed: the frontier stands if the
+        smaller pool lost throughput in proportion, else the smaller pool is the frontier."""
+        recheck, smaller = self._recheck, self._probe.last
+        if recheck is None or smaller is None:
+            return
+        if smaller.inflight * (1.0 + self.config.probe_step) > recheck.inflight:
+            return  # an epoch at the frontier, or the one the pool drained in
+        if not self._probe.lost(recheck, smaller):
+            # The cap it ran at, not the epoch's mean under it: the pool is held at the cap.
+            self._frontier = max(smaller.inflight, pool.level)
+        self._frontier_turnover = pool.turnover
+        self._recheck = None
 
     def _on_trial(self, poll: PollSummary, pool: PoolView, kv: float, evicting: bool) -> bool:
         """Past the KV target or the trim line, preempting or evicting, with no verdict on the
@@ -242,6 +295,8 @@ class PacerPolicy:
             return Signal.CLEAR, Cause.THROUGHPUT_RISING
         if trial:
             return Signal.SOFT, Cause.PROBING
+        if self._recheck is not None:
+            return Signal.SOFT, Cause.FRONTIER  # a step under the frontier until the verdict
         frontier = self._frontier
         if (pressed or kv >= cfg.target_kv_usage) and frontier and pool.level < frontier:
             return Signal.CLEAR, Cause.FRONTIER  # back up to a pool shown to pay, through its price
@@ -356,6 +411,7 @@ class PacerPolicy:
         if self._frontier is not None:
             self._frontier *= factor
         self._settling = False
+        self._recheck = None
         self._probe.forget()
 
     def paused(self) -> None:
@@ -376,6 +432,7 @@ class PacerPolicy:
             "frontier": self._frontier,
             "frontier_turnover": self._frontier_turnover,
             "settling": self._settling,
+            "recheck": self._recheck_json(),
         }
 
     def load_json(self, data: Mapping[str, Any]) -> None:
@@ -391,3 +448,21 @@ class PacerPolicy:
         self._frontier = stored_optional_number(data, "frontier", low=0.0)
         self._frontier_turnover = stored_number(data, "frontier_turnover", low=0.0)
         self._settling = stored_bool(data, "settling")
+        self._load_recheck(data.get("recheck"))  # absent from states saved before rechecks
+
+    def _recheck_json(self) -> list[float] | None:
+        recheck = self._recheck
+        return None if recheck is None else [recheck.inflight, recheck.rate, self._recheck_until]
+
+    def _load_recheck(self, stored: object) -> None:
+        self._recheck = None
+        if stored is None:
+            return
+        if not isinstance(stored, list) or len(stored) != 3:
+            raise ValueError(f"recheck must be null or [inflight, rate, until], got {stored!r}")
+        names = ("recheck inflight", "recheck rate", "recheck until")
+        fields = dict(zip(names, stored, strict=True))
+        inflight = stored_number(fields, "recheck inflight", low=0.0)
+        rate = stored_number(fields, "recheck rate", low=0.0)
+        self._recheck_until = stored_number(fields, "recheck until", low=0.0)
+        self._recheck = EpochRate(inflight, rate)

@@ -35,7 +35,8 @@ class PacerConfig:
     cut_factor: float = 0.85  # a preemption or queue overload cuts to 0.85 x inflight: the
     # pressure was seen early, so the overshoot is smaller than the reference's 0.8
     knee_margin: float = 0.9  # after a cut, growth stops 10 % under the pool that overloaded
-    knee_memory_turnovers: float = 20.0  # ...until this many turnovers after that cut
+    knee_memory_turnovers: float = 20.0  # ...until this many turnovers after that cut; a
+    # frontier as old is rechecked: a workload that changed must show again that it pays
     hit_drop: float = 0.8  # prefix-hit rate below 0.8 x its clear baseline, the cache more
     # than half full, means idle multi-turn contexts are being evicted
 

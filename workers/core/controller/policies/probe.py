@@ -65,6 +65,7 @@ class ThroughputProbe:
         self._polls = 0
         self._whole = True  # every poll of the epoch so far was whole
         self._anchor: EpochRate | None = None
+        self._last: EpochRate | None = None
         self._paid = False
         self._larger_paid: EpochRate | None = None
         self._trial: tuple[float, float] | None = None  # (ends at turnover, anchor's inflight)
@@ -72,6 +73,12 @@ class ThroughputProbe:
     @property
     def anchor(self) -> EpochRate | None:
         return self._anchor
+
+    @property
+    def last(self) -> EpochRate | None:
+        """The last whole epoch closed, judged or not: the anchor can be many epochs old when
+        the pool held its size (an epoch is judged only against one a step away)."""
+        return self._last
 
     @property
     def paid(self) -> bool:
@@ -118,14 +125,14 @@ class ThroughputProbe:
         # An epoch of a vanishing length (polls a hair apart) measures nothing, and its
         # infinite rate would make the stored state unreadable.
         if math.isfinite(rate) and self._whole and self._inflight_sum > 0:
-            epoch = EpochRate(self._inflight_sum / self._polls, rate)
+            epoch = self._last = EpochRate(self._inflight_sum / self._polls, rate)
         self._start(index, poll.at)
         return epoch is not None and self._judge(epoch)
 
     def _judge(self, epoch: EpochRate) -> bool:
         anchor = self._anchor
         if anchor is None or epoch.inflight < anchor.inflight or anchor.rate <= 0:
-            if anchor is not None and anchor.rate > 0 and self._lost(anchor, epoch):
+            if anchor is not None and anchor.rate > 0 and self.lost(anchor, epoch):
                 self._larger_paid = anchor
             self._anchor = epoch
             return False
@@ -137,7 +144,7 @@ class ThroughputProbe:
         self._paid = not flat
         return flat
 
-    def _lost(self, larger: EpochRate, smaller: EpochRate) -> bool:
+    def lost(self, larger: EpochRate, smaller: EpochRate) -> bool:
         """The smaller pool is at least ``step`` smaller and lost throughput in proportion."""
         if smaller.inflight <= 0 or smaller.rate <= 0:
             return False
@@ -159,7 +166,7 @@ class ThroughputProbe:
 
     def forget(self) -> None:
         """Drop the anchor and the epoch in progress: they measured another pool."""
-        self._anchor = None
+        self._anchor = self._last = None
         self._index = None
         self._trial = None
 
