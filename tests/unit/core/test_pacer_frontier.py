@@ -171,6 +171,20 @@ def test_a_recheck_whose_smaller_pool_made_as_much_moves_the_frontier_down() -> 
     assert (verdict.signal, verdict.cause) == (Signal.SOFT, Cause.FRONTIER)
 
 
+def test_a_recheck_held_over_its_step_by_the_bounds_lapses_and_forgets_the_frontier() -> None:
+    """``min_inflight`` over the step keeps the cap at 120: the trim is asked for until the
+    next epoch closes, no longer, and with no smaller epoch there is no verdict."""
+    run, _ = held_at_the_frontier_past_its_memory()
+    asked = []
+    for _ in range(4 * POLLS_PER_EPOCH):
+        reading, proposal = run.poll(120, tokens=1200, kv=1.0, preemptions=5)
+        asked.append(proposal is not None and proposal.cause is Cause.FRONTIER)
+    again = asked.index(False)
+    assert again < POLLS_PER_EPOCH
+    assert not any(asked[again:])
+    assert "frontier" not in reading.figures
+
+
 def test_a_recheck_survives_a_restart() -> None:
     run, _ = held_at_the_frontier_past_its_memory()
     stored = run.policy.to_json()

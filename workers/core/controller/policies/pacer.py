@@ -165,7 +165,10 @@ class PacerPolicy:
         if signal is Signal.HARD:
             return self._cut(overload, pool)
         frontier = self._frontier
-        if self._recheck is not None and frontier is not None:
+        recheck = self._recheck
+        if recheck is not None and frontier is not None and self._probe.last is recheck:
+            # Until the next epoch closes: a cap held over the step (``min_inflight``) is
+            # not asked again every poll, and the recheck lapses for want of a verdict.
             step_under = frontier / self.config.frontier_growth
             if step_under < pool.level:
                 detail = (
