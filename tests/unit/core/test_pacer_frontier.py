@@ -129,6 +129,24 @@ def held_at_the_frontier_past_its_memory() -> tuple[Run, Proposal]:
         assert (reading.signal, reading.cause) == (Signal.SOFT, Cause.FRONTIER)
 
 
+@pytest.mark.parametrize("phase", [0, 1, 2])
+def test_one_poll_under_the_kv_target_does_not_forget_an_aged_frontier(phase: int) -> None:
+    """Every third poll reads the cache at half, without a preemption (a scrape between two
+    bursts); one of the phases puts such a poll where the frontier comes of age."""
+    run = paid_climb()
+    run.epoch(120, 1200, kv=1.0, preemptions=5)
+    memory = PacerConfig().knee_memory_turnovers
+    proposal = None
+    while proposal is None:
+        assert run.polls / POLLS_PER_EPOCH <= 4 + memory, "no recheck"
+        low = (run.polls + phase) % 3 == 0
+        reading, proposal = run.poll(
+            120, tokens=1200, kv=0.5 if low else 1.0, preemptions=0 if low else 5
+        )
+        assert reading.signal is not Signal.HARD
+    assert (proposal.kind, proposal.cause) == (DecisionKind.TRIM, Cause.FRONTIER)
+
+
 def test_a_frontier_past_its_memory_that_holds_preemptions_is_rechecked_not_cut() -> None:
     _, proposal = held_at_the_frontier_past_its_memory()
     assert (proposal.kind, proposal.cause, proposal.shed) == (

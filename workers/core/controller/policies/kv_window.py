@@ -24,6 +24,10 @@ class KvWindow:
     def add(self, poll: PollSummary) -> None:
         self._readings.append((poll.max_kv_usage, poll.running / max(1, poll.engines)))
 
+    def highest(self) -> float:
+        """The highest usage the window read, as measured: 0.0 before any poll."""
+        return max((kv for kv, _ in self._readings), default=0.0)
+
     def one_more(self, inflight: int, engines: int, *, by_running: bool) -> float:
         """The highest recent usage, priced with one more episode's share of it: in a small
         pool one episode is a step wider than the dead band, and growing into it would cross

@@ -124,9 +124,9 @@ class PacerPolicy:
         self._judge_recheck(pool)
         self._trim_rest.tick()
         self._knee.observe(poll, pool)
-        self._age_frontier(poll, pool)
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
         self._recent_kv.add(poll)
+        self._age_frontier(poll, pool)
         queue_rising = 0 < self._queue_before < poll.waiting_capacity
         self._queue_before = poll.waiting_capacity
         frontier = self._frontier
@@ -218,7 +218,7 @@ class PacerPolicy:
         """Past its memory, recheck a frontier that holds the pool past the KV target, as soon
         as an epoch at it closes (within ``RECHECK_TURNOVERS``), or forget it. Forgetting one
         that held the pool past the target made its next preemption a cut: on W5 run for an
-        hour, 226 was cut and escalated to 71 at 2,400 s, and ran 9 % slower from then on."""
+        hour, 226 was cut and escalated to 71 at 2,400 s, and ran a tenth slower from then on."""
         frontier, cfg = self._frontier, self.config
         if frontier is None:
             return
@@ -230,7 +230,8 @@ class PacerPolicy:
         if age <= 0:
             return
         last = self._probe.last
-        pressed = poll.preemptions > 0 or poll.max_kv_usage >= cfg.target_kv_usage
+        # The window, not the poll: one scrape between two bursts must not forget it.
+        pressed = poll.preemptions > 0 or self._recent_kv.highest() >= cfg.target_kv_usage
         at_frontier = last is not None and last.inflight * (1.0 + cfg.probe_step) >= frontier
         if pressed and last is not None and at_frontier and last.rate > 0:
             self._recheck, self._recheck_until = last, pool.turnover + RECHECK_TURNOVERS
