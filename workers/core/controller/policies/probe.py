@@ -189,5 +189,6 @@ class ThroughputProbe:
             self._anchor = EpochRate(inflight, stored_number(pair, "anchor rate", low=0.0))
         else:
             raise ValueError(f"anchor must be null or [inflight, rate], got {anchor!r}")
+        self._last = None
         self._index = None
         self._trial = None
