@@ -72,8 +72,15 @@ def test_a_worker_killed_during_a_drain_resumes_holding_it_and_cuts_no_more(
     with sim_engines(tmp_path, 2, *SMALL_KV) as engines:
         document = run_document(engines, max_steps=10_000)
         # Far past the cache, the reference cuts on its first preemption (pacer would hold
-        # the pool on trial, and cuts only where no measurement excuses a preemption).
-        document["concurrency"] |= {"policy": "reference", "initial_inflight": 64}
+        # the pool on trial, and cuts only where no measurement excuses a preemption). It
+        # never trims on KV usage here: a trim ahead of the cache leaves the cut to luck, and
+        # on a loaded machine none came in two minutes.
+        never = {"trim_kv_usage": 1.0, "trim_target_usage": 1.0, "shed_kv_usage": 1.0}
+        document["concurrency"] |= {
+            "policy": "reference",
+            "initial_inflight": 64,
+            "reference": never,
+        }
         document["env"][0]["args"] = {"turns": 3, "prompt_tokens": 512, "observation_tokens": 256}
         run = Run.objects.create(name="kill-in-drain", config=document, state=RunState.QUEUED)
         first = start_worker(tmp_path, "first", queue, runs_dir)
