@@ -93,14 +93,14 @@ def test_the_policy_forgets_the_old_pool_s_knee_and_scales_its_frontier_with_the
     policy = PacerPolicy()
     ctl = started(policy, engine_lost_s=10.0)
     policy._knee.set(140.0, 0.0)
-    policy._frontier = 120.0
+    policy._frontier.raise_to(120.0, 0.0)
     polls(ctl, DOWN, 5.0, 4)
     assert (policy._knee.level, policy._probe.anchor) == (None, None)
-    assert policy._frontier == pytest.approx(80.0)  # two engines of three left
+    assert policy._frontier.level == pytest.approx(80.0)  # two engines of three left
     policy._knee.set(70.0, 20.0)
     polls(ctl, UP, 25.0, 2)
     assert policy._knee.level is None
-    assert policy._frontier == pytest.approx(120.0)
+    assert policy._frontier.level == pytest.approx(120.0)
 
 
 def test_every_engine_lost_is_the_run_s_end_not_a_rescale_to_zero() -> None:

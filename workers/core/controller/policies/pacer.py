@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from workers.core.controller.policies.base import PoolView, Proposal, Reading
+from workers.core.controller.policies.frontier import Frontier
 from workers.core.controller.policies.knee import Knee
 from workers.core.controller.policies.kv_window import KvWindow
 from workers.core.controller.policies.pacer_config import PacerConfig
-from workers.core.controller.policies.probe import EpochRate, ThroughputProbe
+from workers.core.controller.policies.probe import ThroughputProbe
 from workers.core.controller.policies.reductions import TrimRest, cut_proposal
 from workers.core.controller.policies.signals import Overload, OverloadTracker, overload_figures
 from workers.core.controller.polls import PollSummary
 from workers.core.decisions import Cause, DecisionKind, Signal
-from workers.core.validation import (
-    stored_bool,
-    stored_count,
-    stored_number,
-    stored_optional_count,
-    stored_optional_number,
-)
+from workers.core.validation import stored_count, stored_optional_count, stored_optional_number
 
 HOLD_TURNOVERS = 1.0  # after a flat probe, grow again only after one epoch at the frontier
-RECHECK_TURNOVERS = 3.0  # a recheck's step down drains in one epoch and is judged on the next
 
 
 class PacerPolicy:
@@ -53,13 +46,10 @@ class PacerPolicy:
       judge (a step over its anchor) crosses the KV target or the trim line, preempts or
       evicts, it is on trial (SOFT, probing): held, neither trimmed nor cut, for the epoch in
       progress and the next, and their verdict decides. A frontier lasts as long as a knee
-      (``knee_memory_turnovers``), since a workload that changed must show again that it
-      pays: one still holding the pool past the KV target is then *rechecked*, the cap trimmed
-      one growth step under it (nothing shed, preemptions still held) and the smaller pool's
-      first whole epoch compared with the frontier's last. Lost throughput in proportion: the
-      frontier stands and the cap grows back to it (that return is judged as any growth is,
-      so where a larger pool now pays it carries on past); else the smaller pool is the
-      frontier. One no longer holding the pool past the target is forgotten.
+      (``knee_memory_turnovers``); one still holding the pool past the KV target is then
+      rechecked a growth step under it, one that no longer does is forgotten (``Frontier``).
+      A recheck that keeps the frontier grows back to it, judged as any growth is, so where
+      a larger pool now pays it carries on past.
     - SOFT with a trim: KV above ``trim_kv_usage`` for ``confirm_polls`` polls, or above
       ``shed_kv_usage`` once (cap = inflight x target / usage, the excess shed in the latter
       case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear
@@ -110,27 +100,27 @@ class PacerPolicy:
         self._recent_kv = KvWindow(cfg.confirm_polls)
         self._hold_until: float | None = None
         self._trim_rest = TrimRest(cfg.confirm_polls)
-        self._frontier: float | None = None  # the largest pool shown to pay past the KV target
-        self._frontier_turnover = 0.0
-        self._settling = False  # a flat epoch trimmed the cap to the frontier; the pool drains
-        self._recheck: EpochRate | None = None  # the frontier's epoch a recheck compares with
-        self._recheck_until = 0.0  # ...and the turnover it gives up at
+        self._frontier = Frontier(
+            memory=cfg.knee_memory_turnovers, growth=cfg.frontier_growth, step=cfg.probe_step
+        )
         self._last: tuple[Overload, PollSummary, Signal, Cause] | None = None
 
     def read(self, poll: PollSummary, pool: PoolView) -> Reading:
         cfg = self.config
         overload = self._overload.update(poll, draining=pool.draining)
         self._judge_epoch(poll, pool)
-        self._judge_recheck(pool)
+        self._frontier.judge_recheck(self._probe, pool)
         self._trim_rest.tick()
         self._knee.observe(poll, pool)
         self._kv_streak = self._kv_streak + 1 if poll.max_kv_usage > cfg.trim_kv_usage else 0
         self._recent_kv.add(poll)
-        self._age_frontier(poll, pool)
+        # The window, not the poll: one scrape between two bursts must not forget a frontier.
+        pressed = poll.preemptions > 0 or self._recent_kv.highest() >= cfg.target_kv_usage
+        self._frontier.age(pool.turnover, self._probe.last, pressed=pressed)
         queue_rising = 0 < self._queue_before < poll.waiting_capacity
         self._queue_before = poll.waiting_capacity
-        frontier = self._frontier
-        self._settling = self._settling and frontier is not None and pool.inflight > frontier
+        self._frontier.follow(pool.inflight)
+        frontier = self._frontier.level
         # With a knee known, regrowth heads for a size that overloaded: price it cautiously.
         kv = self._recent_kv.one_more(
             pool.inflight, poll.engines, by_running=self._knee.level is not None
@@ -164,22 +154,9 @@ class PacerPolicy:
         overload, poll, signal, cause = self._last
         if signal is Signal.HARD:
             return self._cut(overload, pool)
-        frontier = self._frontier
-        recheck = self._recheck
-        if recheck is not None and frontier is not None and self._probe.last is recheck:
-            # Until the next epoch closes: a cap held over the step (``min_inflight``) is
-            # not asked again every poll, and the recheck lapses for want of a verdict.
-            step_under = frontier / self.config.frontier_growth
-            if step_under < pool.level:
-                detail = (
-                    f"frontier {frontier:.0f} is {self.config.knee_memory_turnovers:g} "
-                    f"turnovers old: one step under it, to see whether it still pays"
-                )
-                return Proposal(DecisionKind.TRIM, step_under, False, Cause.FRONTIER, detail)
-        if self._settling and frontier is not None and frontier < pool.level:
-            detail = f"inflight {pool.inflight} bought no more tokens/s than {frontier:.0f}"
-            flat = Cause.THROUGHPUT_FLAT
-            return Proposal(DecisionKind.TRIM, frontier, False, flat, detail)
+        trim = self._frontier.recheck_trim(self._probe, pool) or self._frontier.settle_trim(pool)
+        if trim is not None:
+            return trim
         if cause is Cause.KV_PRESSURE or cause is Cause.PREFIX_EVICTION:
             return self._trim(cause, poll, pool)
         return None
@@ -191,12 +168,9 @@ class PacerPolicy:
         flat = probe.observe(poll, pool.inflight, pool.turnover)
         if flat and before is not None:
             self._hold_until = pool.turnover + HOLD_TURNOVERS
-            self._frontier = before.inflight
-            self._frontier_turnover = pool.turnover
-            self._settling = True
+            self._frontier.settle_at(before.inflight, pool.turnover)
         elif probe.paid and probe.anchor is not None and probe.anchor is not before:
-            self._frontier = max(self._frontier or 0.0, probe.anchor.inflight)
-            self._frontier_turnover = pool.turnover
+            self._frontier.raise_to(probe.anchor.inflight, pool.turnover)
         elif (
             probe.larger_paid is not None
             and self._knee.level is not None
@@ -211,46 +185,7 @@ class PacerPolicy:
             # larger did, so a difference between them is noise: neither says what
             # preempting costs.)
             self._knee.drop()
-            self._frontier = max(self._frontier or 0.0, probe.larger_paid.inflight)
-            self._frontier_turnover = pool.turnover
-
-    def _age_frontier(self, poll: PollSummary, pool: PoolView) -> None:
-        """Past its memory, recheck a frontier that holds the pool past the KV target, as soon
-        as an epoch at it closes (within ``RECHECK_TURNOVERS``), or forget it. Forgetting one
-        that held the pool past the target made its next preemption a cut: on W5 run for an
-        hour, 226 was cut and escalated to 71 at 2,400 s, and ran a tenth slower from then on."""
-        frontier, cfg = self._frontier, self.config
-        if frontier is None:
-            return
-        if self._recheck is not None:
-            if pool.turnover > self._recheck_until:
-                self._frontier = self._recheck = None
-            return
-        age = pool.turnover - self._frontier_turnover - cfg.knee_memory_turnovers
-        if age <= 0:
-            return
-        last = self._probe.last
-        # The window, not the poll: one scrape between two bursts must not forget it.
-        pressed = poll.preemptions > 0 or self._recent_kv.highest() >= cfg.target_kv_usage
-        at_frontier = last is not None and last.inflight * (1.0 + cfg.probe_step) >= frontier
-        if pressed and last is not None and at_frontier and last.rate > 0:
-            self._recheck, self._recheck_until = last, pool.turnover + RECHECK_TURNOVERS
-        elif not pressed or age > RECHECK_TURNOVERS:
-            self._frontier = None
-
-    def _judge_recheck(self, pool: PoolView) -> None:
-        """Once an epoch a whole step under the frontier's closed: the frontier stands if the
-        smaller pool lost throughput in proportion, else the smaller pool is the frontier."""
-        recheck, smaller = self._recheck, self._probe.last
-        if recheck is None or smaller is None:
-            return
-        if smaller.inflight * (1.0 + self.config.probe_step) > recheck.inflight:
-            return  # an epoch at the frontier, or the one the pool drained in
-        if not self._probe.lost(recheck, smaller):
-            # The cap it ran at, not the epoch's mean under it: the pool is held at the cap.
-            self._frontier = max(smaller.inflight, pool.level)
-        self._frontier_turnover = pool.turnover
-        self._recheck = None
+            self._frontier.raise_to(probe.larger_paid.inflight, pool.turnover)
 
     def _on_trial(self, poll: PollSummary, pool: PoolView, kv: float, evicting: bool) -> bool:
         """Past the KV target or the trim line, preempting or evicting, with no verdict on the
@@ -264,7 +199,7 @@ class PacerPolicy:
             or kv >= cfg.target_kv_usage
             or poll.max_kv_usage > cfg.trim_kv_usage
         )
-        if not past_line or self._probe.paid or self._settling:
+        if not past_line or self._probe.paid or self._frontier.settling:
             return False
         return self._probe.on_trial(pool.inflight, pool.turnover)
 
@@ -272,10 +207,7 @@ class PacerPolicy:
         """Preemptions are excused while a larger pool still pays, or with the cap at a pool
         that did (a flat epoch's trim back to it included: the excess drains as it completes,
         and cutting it on top would undo the measurement)."""
-        if self._probe.paid or self._settling:
-            return True
-        # The frontier is a mean over an epoch; the cap that ran it was the next whole episode.
-        return self._frontier is not None and pool.level <= math.ceil(self._frontier)
+        return self._probe.paid or self._frontier.settling or self._frontier.excuses(pool.level)
 
     def _classify(
         self,
@@ -299,9 +231,9 @@ class PacerPolicy:
             return Signal.CLEAR, Cause.THROUGHPUT_RISING
         if trial:
             return Signal.SOFT, Cause.PROBING
-        if self._recheck is not None:
+        if self._frontier.rechecking:
             return Signal.SOFT, Cause.FRONTIER  # a step under the frontier until the verdict
-        frontier = self._frontier
+        frontier = self._frontier.level
         if (pressed or kv >= cfg.target_kv_usage) and frontier and pool.level < frontier:
             return Signal.CLEAR, Cause.FRONTIER  # back up to a pool shown to pay, through its price
         if (pressed or kv >= cfg.target_kv_usage) and excused:
@@ -395,8 +327,8 @@ class PacerPolicy:
             figures["prefix_hit_baseline"] = self._hit_baseline
         if self._knee.level is not None:
             figures["knee"] = self._knee.level
-        if self._frontier is not None:
-            figures["frontier"] = self._frontier
+        if self._frontier.level is not None:
+            figures["frontier"] = self._frontier.level
         anchor = self._probe.anchor
         if anchor is not None:
             figures["probe_inflight"] = anchor.inflight
@@ -412,10 +344,7 @@ class PacerPolicy:
         engine under an old, cheap overload (0.897 -> 0.825): the new pool earns its own."""
         self._knee.drop()
         self._hold_until = self._hit_baseline = None
-        if self._frontier is not None:
-            self._frontier *= factor
-        self._settling = False
-        self._recheck = None
+        self._frontier.scale(factor)
         self._probe.forget()
 
     def paused(self) -> None:
@@ -433,10 +362,7 @@ class PacerPolicy:
             "hold_until": self._hold_until,
             **self._recent_kv.to_json(),
             "polls_since_trim": self._trim_rest.since,
-            "frontier": self._frontier,
-            "frontier_turnover": self._frontier_turnover,
-            "settling": self._settling,
-            "recheck": self._recheck_json(),
+            **self._frontier.to_json(),
         }
 
     def load_json(self, data: Mapping[str, Any]) -> None:
@@ -449,24 +375,4 @@ class PacerPolicy:
         self._hold_until = stored_optional_number(data, "hold_until", low=0.0)
         self._recent_kv.load_json(data)
         self._trim_rest.since = stored_optional_count(data, "polls_since_trim")
-        self._frontier = stored_optional_number(data, "frontier", low=0.0)
-        self._frontier_turnover = stored_number(data, "frontier_turnover", low=0.0)
-        self._settling = stored_bool(data, "settling")
-        self._load_recheck(data.get("recheck"))  # absent from states saved before rechecks
-
-    def _recheck_json(self) -> list[float] | None:
-        recheck = self._recheck
-        return None if recheck is None else [recheck.inflight, recheck.rate, self._recheck_until]
-
-    def _load_recheck(self, stored: object) -> None:
-        self._recheck = None
-        if stored is None:
-            return
-        if not isinstance(stored, list) or len(stored) != 3:
-            raise ValueError(f"recheck must be null or [inflight, rate, until], got {stored!r}")
-        names = ("recheck inflight", "recheck rate", "recheck until")
-        fields = dict(zip(names, stored, strict=True))
-        inflight = stored_number(fields, "recheck inflight", low=0.0)
-        rate = stored_number(fields, "recheck rate", low=0.0)
-        self._recheck_until = stored_number(fields, "recheck until", low=0.0)
-        self._recheck = EpochRate(inflight, rate)
+        self._frontier.load_json(data)
