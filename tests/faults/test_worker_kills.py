@@ -11,6 +11,7 @@ import pytest
 from controlplane.runs.models import Decision, Run, RunState, StepRecord
 from controlplane.runs.services import enqueue
 from tests.integration.hosting import (
+    decisions_of,
     end_run,
     kill_worker,
     run_document,
@@ -97,6 +98,7 @@ def test_a_worker_killed_during_a_drain_resumes_holding_it_and_cuts_no_more(
                 120,
                 "a drain stored after a cut",
                 every=0.02,
+                explain=lambda: decisions_of(run),
             )
             host = first if stored.lease_owner.startswith("first-") else second
             kill_worker(host)
@@ -106,6 +108,7 @@ def test_a_worker_killed_during_a_drain_resumes_holding_it_and_cuts_no_more(
                 lambda: Decision.objects.filter(run=run, kind="restore").first(),
                 60,
                 "the restore on the second worker",
+                explain=lambda: decisions_of(run),
             )
             wait_for(
                 lambda: Decision.objects.filter(
@@ -113,6 +116,7 @@ def test_a_worker_killed_during_a_drain_resumes_holding_it_and_cuts_no_more(
                 ).exists(),
                 120,
                 "the drain to release after the restore",
+                explain=lambda: decisions_of(run),
             )
             end_run(run)
         finally:

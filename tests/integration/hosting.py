@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import httpx
 from django.db import connection
 
-from controlplane.runs.models import Run, RunState
+from controlplane.runs.models import Decision, Run, RunState
 from tests.conftest import REPO_ROOT, VENV_BIN, free_port, stop_process_group
 
 T = TypeVar("T")
@@ -159,16 +159,31 @@ def stop_worker(worker: DbWorker) -> None:
     stop_process_group(worker.process, grace_seconds=30.0)
 
 
-def wait_for(condition: Callable[[], T], timeout: float, what: str, every: float = 0.2) -> T:
-    """``condition()``'s first truthy value within ``timeout`` seconds; fails naming ``what``."""
+def wait_for(
+    condition: Callable[[], T],
+    timeout: float,
+    what: str,
+    every: float = 0.2,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """``condition()``'s first truthy value within ``timeout`` seconds; fails naming ``what``
+    and adding ``explain()``, what happened meanwhile (a timeout on CI is otherwise mute)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            told = "" if explain is None else f"; meanwhile: {explain()}"
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{told}")
         time.sleep(every)
+
+
+def decisions_of(run: Run, last: int = 20) -> str:
+    """The run's last decisions, oldest first: kind, cap and reason."""
+    rows = Decision.objects.filter(run=run).order_by("-at")[:last]
+    told = [f"{d.kind} {d.cap_before}->{d.cap_after}: {d.reason}" for d in reversed(rows)]
+    return " | ".join(told) or "no decision"
 
 
 def operator_api(username: str) -> Any:
