@@ -47,7 +47,8 @@ def test_the_frontier_is_the_largest_pool_that_paid_and_excuses_the_cap_that_ran
     frontier.raise_to(100.0, 1.0)
     assert frontier.level == 120.4
     assert frontier.excuses(121.0)  # the mean of an epoch: its cap was the next whole episode
-    assert not frontier.excuses(121.5)
+    assert frontier.excuses(121.9)  # ...and a level short of the episode after holds that cap
+    assert not frontier.excuses(122.0)
     assert not Frontier(memory=MEMORY, growth=1.15, step=0.1).excuses(1.0)
 
 

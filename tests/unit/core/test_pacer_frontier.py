@@ -103,6 +103,14 @@ def test_a_preemption_above_the_frontier_once_growth_stopped_paying_cuts() -> No
     assert proposal.kind is DecisionKind.CUT
 
 
+def test_a_level_a_fraction_over_the_frontier_runs_its_pool_and_is_held_not_cut() -> None:
+    run = paid_climb()
+    run.epoch(125, 1250, kv=0.5)  # as above: the frontier is 120 and nothing pays now
+    # Growth left the level at 120.6: the cap is still 120, the pool that paid.
+    reading, proposal = run.poll(120, level=120.6, kv=1.0, preemptions=5)
+    assert (reading.signal, reading.cause, proposal) == (Signal.SOFT, Cause.FRONTIER, None)
+
+
 def test_a_frontier_no_longer_holding_the_pool_past_the_target_is_forgotten_with_the_knee() -> None:
     run = paid_climb()
     memory = PacerConfig().knee_memory_turnovers

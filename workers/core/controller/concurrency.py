@@ -8,7 +8,6 @@ tests and in the simulator's virtual time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -17,7 +16,13 @@ from workers.core.controller.capacity import PoolCapacity
 from workers.core.controller.decision_records import GrowthLog, Moment
 from workers.core.controller.latches import DrainLatch, Freshness, RequestWatch
 from workers.core.controller.overrides import Overrides
-from workers.core.controller.policies.base import Policy, PoolView, Proposal, Reading
+from workers.core.controller.policies.base import (
+    Policy,
+    PoolView,
+    Proposal,
+    Reading,
+    whole_episodes,
+)
 from workers.core.controller.polls import PollSummary
 from workers.core.controller.pool_part import PoolPart
 from workers.core.controller.records import (
@@ -506,7 +511,7 @@ class Controller:
 
     def _level_cap(self) -> int:
         """The level in whole episodes: the run's cap alone, the pool's in a pool."""
-        return int(self._bounded(math.floor(self._level + 1e-9)))
+        return int(self._bounded(whole_episodes(self._level)))
 
     def _policy_cap(self) -> int:
         part = self._part

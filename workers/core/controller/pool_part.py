@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from workers.core.controller.policies.base import whole_episodes
+
 # A part that moves by less than this (relative) while the pool's runs, their terms and its
 # leader stay the same is not taken: every look re-splits the pool from episodes in flight
 # that move by a group at a time, and a cap moved (and a decision recorded) every look for
@@ -37,7 +39,7 @@ class PoolPart:
 
     def of(self, level: float) -> int:
         """The run's part of ``level``, in whole episodes: its ceiling."""
-        return int(level * self.fraction + 1e-9)
+        return whole_episodes(level * self.fraction)
 
     def cap(self, level: float) -> int:
         """Its part of ``level`` less what it is held back: what it may hold now."""

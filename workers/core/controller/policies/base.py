@@ -10,6 +10,7 @@ from a pool that is still draining the overload of before the cut.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -42,6 +43,12 @@ class Reading:
     @property
     def hard(self) -> bool:
         return self.signal is Signal.HARD
+
+
+def whole_episodes(level: float) -> int:
+    """The episodes a level admits: its whole part. Levels accumulate by multiplication, so a
+    level meant to be whole may land a rounding error under it; that error is forgiven."""
+    return math.floor(level + 1e-9)
 
 
 @dataclass(frozen=True, slots=True)

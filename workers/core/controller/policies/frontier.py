@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from workers.core.controller.policies.base import PoolView, Proposal
+from workers.core.controller.policies.base import PoolView, Proposal, whole_episodes
 from workers.core.controller.policies.probe import EpochRate, ThroughputProbe
 from workers.core.decisions import Cause, DecisionKind
 from workers.core.validation import stored_bool, stored_number, stored_optional_number
@@ -62,8 +62,10 @@ class Frontier:
 
     def excuses(self, level: float) -> bool:
         """A cap at a pool that paid: the frontier is a mean over an epoch, and the cap that
-        ran it was the next whole episode."""
-        return self.level is not None and level <= math.ceil(self.level)
+        ran it was the next whole episode. The cap is the level's whole part, so a level a
+        fraction over that episode holds the same pool: the demo run cut 231 to 196 for a
+        level of 231.4 over a frontier of 230.8."""
+        return self.level is not None and whole_episodes(level) <= math.ceil(self.level)
 
     def age(self, turnover: float, last: EpochRate | None, *, pressed: bool) -> None:
         """Past its memory, recheck a frontier that holds the pool past the KV target
