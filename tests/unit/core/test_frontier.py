@@ -118,6 +118,8 @@ def test_a_recheck_is_judged_on_the_first_whole_epoch_a_step_smaller(
     epochs.run(87, smaller_tokens)
     frontier.judge_recheck(probe, pool(87.0, MEMORY + 3.0))
     assert (frontier.level, frontier.rechecking) == (after, False)
+    # Moved down, the step over it is the old frontier's pool, measured to cost nothing.
+    assert frontier.excuses(after + 5.0) is (after < 100.0)
     frontier.age(MEMORY + 3.5, probe.last, pressed=True)  # its memory starts again
     assert frontier.level == after and not frontier.rechecking
 
@@ -131,6 +133,16 @@ def test_a_flat_epoch_settles_the_cap_back_until_the_pool_drained_to_it() -> Non
     assert frontier.settling
     frontier.follow(90)
     assert not frontier.settling and frontier.settle_trim(pool(110.0, 6.0)) is None
+
+
+def test_a_flat_epochs_frontier_excuses_the_probe_step_over_it_until_a_larger_pool_pays() -> None:
+    frontier = Frontier(memory=MEMORY, growth=1.15, step=0.1)
+    frontier.settle_at(120.4, 5.0)  # the larger pool, at least a step over, made no more
+    assert frontier.excuses(133.9) and not frontier.excuses(134.0)  # 120.4 x 1.1 = 132.44
+    frontier.raise_to(110.0, 6.0)  # a smaller pool paid: the verdict over 120.4 still holds
+    assert frontier.excuses(133.0)
+    frontier.raise_to(125.0, 7.0)  # a larger one paid: the step over it is unmeasured
+    assert frontier.excuses(125.9) and not frontier.excuses(126.0)
 
 
 def test_a_new_pool_scales_the_frontier_and_drops_what_the_old_one_measured() -> None:
@@ -149,3 +161,15 @@ def test_a_stored_frontier_and_its_recheck_survive_a_round_trip() -> None:
     again = Frontier(memory=MEMORY, growth=1.15, step=0.1)
     again.load_json(stored)
     assert again.to_json() == stored
+    again.settle_at(90.0, 30.0)
+    flat = Frontier(memory=MEMORY, growth=1.15, step=0.1)
+    flat.load_json(again.to_json())
+    assert flat.to_json()["frontier_flat"] is True and flat.excuses(98.0)
+
+
+def test_a_frontier_stored_before_flat_verdicts_were_kept_loads_as_one_that_paid() -> None:
+    older = frontier_at(100.0).to_json()
+    del older["frontier_flat"]
+    frontier = Frontier(memory=MEMORY, growth=1.15, step=0.1)
+    frontier.load_json(older)
+    assert frontier.excuses(100.0) and not frontier.excuses(101.0)

@@ -304,6 +304,7 @@ def test_every_stored_field_is_restored() -> None:
         "frontier": 130.0,
         "frontier_turnover": 31.0,
         "settling": True,
+        "frontier_flat": True,
         "recheck": [130.0, 950.0, 36.0],
     }
     policy = PacerPolicy()

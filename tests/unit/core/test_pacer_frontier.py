@@ -81,6 +81,15 @@ def test_a_flat_epoch_trims_back_to_the_smaller_pool_and_holds_there_through_pre
     assert (reading.signal, reading.cause, proposal) == (Signal.SOFT, Cause.FRONTIER, None)
 
 
+def test_within_a_step_over_a_flat_epochs_frontier_preemptions_are_held_not_cut() -> None:
+    run = paid_climb()
+    run.epoch(140, 1210, kv=1.0)  # flat: the frontier is 120, and 140 was measured to cost nothing
+    run.epoch(120, 1200, kv=0.9)  # drained to it: settled
+    # Growth crept back into the step the flat epoch measured: its preemptions are its price.
+    reading, proposal = run.poll(131, kv=1.0, preemptions=5)
+    assert (reading.signal, reading.cause, proposal) == (Signal.SOFT, Cause.FRONTIER, None)
+
+
 def test_the_poll_that_closes_a_flat_epoch_proposes_the_trim_without_shedding() -> None:
     run = paid_climb()
     readings = [run.poll(140, tokens=1210, kv=1.0) for _ in range(POLLS_PER_EPOCH)]
