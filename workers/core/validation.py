@@ -81,6 +81,17 @@ def stored_usages(data: Mapping[str, Any], name: str) -> list[float]:
     return stored_numbers(data, name, low=0.0, high=1.0)
 
 
+def stored_fields(stored: object, what: str, names: tuple[str, ...]) -> tuple[float, ...] | None:
+    """Null, or a list of numbers >= 0 stored by position: one per name, each refused under
+    its own name (``what`` and the field's), so a bad one says which it is."""
+    if stored is None:
+        return None
+    if not isinstance(stored, list) or len(stored) != len(names):
+        raise ValueError(f"{what} must be null or [{', '.join(names)}], got {stored!r}")
+    fields = {f"{what} {name}": value for name, value in zip(names, stored, strict=True)}
+    return tuple(stored_number(fields, f"{what} {name}", low=0.0) for name in names)
+
+
 def stored_numbers(
     data: Mapping[str, Any], name: str, *, low: float, high: float = math.inf
 ) -> list[float]:

@@ -29,7 +29,12 @@ from typing import Any
 from workers.core.controller.policies.base import PoolView, Proposal, whole_episodes
 from workers.core.controller.policies.probe import EpochRate, ThroughputProbe
 from workers.core.decisions import Cause, DecisionKind
-from workers.core.validation import stored_bool, stored_number, stored_optional_number
+from workers.core.validation import (
+    stored_bool,
+    stored_fields,
+    stored_number,
+    stored_optional_number,
+)
 
 RECHECK_TURNOVERS = 3.0  # a recheck's step down drains in one epoch and is judged on the next
 
@@ -159,17 +164,7 @@ class Frontier:
         self.settling = stored_bool(data, "settling")
         # absent from states saved before it: a paid frontier's narrower excuse
         self._flat = "frontier_flat" in data and stored_bool(data, "frontier_flat")
-        self._load_recheck(data.get("recheck"))  # absent from states saved before rechecks
-
-    def _load_recheck(self, stored: object) -> None:
-        self._recheck = None
-        if stored is None:
-            return
-        if not isinstance(stored, list) or len(stored) != 3:
-            raise ValueError(f"recheck must be null or [inflight, rate, until], got {stored!r}")
-        names = ("recheck inflight", "recheck rate", "recheck until")
-        fields = dict(zip(names, stored, strict=True))
-        inflight = stored_number(fields, "recheck inflight", low=0.0)
-        rate = stored_number(fields, "recheck rate", low=0.0)
-        self._recheck_until = stored_number(fields, "recheck until", low=0.0)
-        self._recheck = EpochRate(inflight, rate)
+        # absent from states saved before rechecks
+        recheck = stored_fields(data.get("recheck"), "recheck", ("inflight", "rate", "until"))
+        self._recheck = None if recheck is None else EpochRate(recheck[0], recheck[1])
+        self._recheck_until = 0.0 if recheck is None else recheck[2]

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.core.controller.polls import PollSummary
-from workers.core.validation import stored_number
+from workers.core.validation import stored_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,17 +178,10 @@ class ThroughputProbe:
         """Keep the anchor only: the epoch in progress was measured on another clock, and a
         verdict (or a trial) from before the restart is evidence the new epoch has to earn
         again."""
-        anchor = data["anchor"]
-        if anchor is None:
-            self._anchor = None
-        elif isinstance(anchor, list) and len(anchor) == 2:
-            pair = {"anchor inflight": anchor[0], "anchor rate": anchor[1]}
-            inflight = stored_number(pair, "anchor inflight", low=0.0)
-            if inflight == 0:
-                raise ValueError("anchor inflight must be > 0: an empty pool is never an anchor")
-            self._anchor = EpochRate(inflight, stored_number(pair, "anchor rate", low=0.0))
-        else:
-            raise ValueError(f"anchor must be null or [inflight, rate], got {anchor!r}")
+        anchor = stored_fields(data["anchor"], "anchor", ("inflight", "rate"))
+        if anchor is not None and anchor[0] == 0:
+            raise ValueError("anchor inflight must be > 0: an empty pool is never an anchor")
+        self._anchor = None if anchor is None else EpochRate(*anchor)
         self._last = None
         self._index = None
         self._trial = None
