@@ -1,5 +1,7 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from controlplane.health import HealthApi
@@ -23,6 +25,8 @@ urlpatterns = [
     path("api/alerts/", include("controlplane.alerts.urls")),
     path("api/", include("controlplane.runs.api.urls")),
     path("metrics", metrics_view, name="metrics"),
+    # Where a browser looks for an icon on a page that names none (the admin's, the API's).
+    path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
 ]
 
 handler404 = "controlplane.views.not_found"
