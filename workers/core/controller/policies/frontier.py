@@ -5,11 +5,12 @@ Past the KV target the throughput probe, not a KV line, says how large the pool 
 largest pool whose epoch paid is the frontier: at or under it, preemptions and KV pressure are
 the price of a fuller engine that still pays, held rather than cut. A flat epoch makes the
 smaller pool that produced as much the frontier, and the cap *settles* back to it (nothing
-shed: the excess drains as it completes). Such a frontier also excuses a probe step over it:
-the larger pool was measured there and cost nothing, so a preemption after growth crept back
-into that step is not a cut. Over an hour this held W11's long answers at 190 where cuts had
-taken it down and back 18 times (4 direction changes; steady ratio 1.045 -> 1.065). Over a
-frontier that paid, the next step is unmeasured, and a preemption there still cuts.
+shed: the excess drains as it completes). Such a frontier (and one a recheck moved down)
+also excuses a probe step over it: the larger pool was measured there and cost nothing, so a
+preemption after growth crept back into that step is not a cut. Over an hour this held W11's
+long answers at 190 where cuts had taken it down and back 18 times (4 direction changes;
+steady ratio 1.045 -> 1.065). Over a frontier that paid, the next step is unmeasured, and a
+preemption there still cuts.
 
 A frontier is believed as long as a knee (``memory`` turnovers), since a workload that changed
 must show again that it pays. One that still holds the pool past the target is then
@@ -49,7 +50,7 @@ class Frontier:
         self.level: float | None = None
         self._since = 0.0  # the turnover it was set or confirmed at
         self.settling = False  # a flat epoch trimmed the cap to the frontier; the pool drains
-        self._flat = False  # a flat epoch set it: the step over it was measured to cost nothing
+        self._flat = False  # a flat epoch or a recheck set it: the step over it cost nothing
         self._recheck: EpochRate | None = None  # the frontier's epoch a recheck compares with
         self._recheck_until = 0.0  # ...and the turnover it gives up at
 
