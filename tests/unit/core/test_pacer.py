@@ -275,16 +275,17 @@ def test_a_flat_throughput_probe_holds_growth_for_one_epoch() -> None:
     policy = PacerPolicy()
     at = 0.0
     readings = []
-    # Epoch 0 at 100 in flight, then 130 in flight with the same tokens per poll: flat.
-    for index, inflight in enumerate([100] * 4 + [130] * 4 + [130] * 12):
+    # Epoch 0 at 100 in flight, then 130 in flight with the same tokens per poll: flat, once
+    # a second epoch of 130 confirms the first.
+    for index, inflight in enumerate([100] * 4 + [130] * 8 + [130] * 12):
         at += 5.0
         view = pool(level=float(inflight), inflight=inflight, turnover=index / 4)
         readings.append(step(policy, view, at=at, tokens=1000)[0])
     causes = [r.cause for r in readings]
-    assert Cause.THROUGHPUT_FLAT not in causes[:8]
-    assert causes[8:12] == [Cause.THROUGHPUT_FLAT] * 4
-    assert causes[12:] == [Cause.CLEAR] * 8
-    assert readings[12].growth > 1.0
+    assert Cause.THROUGHPUT_FLAT not in causes[:12]
+    assert causes[12:16] == [Cause.THROUGHPUT_FLAT] * 4
+    assert causes[16:] == [Cause.CLEAR] * 8
+    assert readings[16].growth > 1.0
 
 
 def test_every_stored_field_is_restored() -> None:

@@ -55,6 +55,13 @@ def test_while_a_larger_pool_pays_preemptions_grow_the_cap_instead_of_cutting_it
     assert reading.figures["frontier"] == pytest.approx(120.0)
 
 
+def flat_epochs(run: Run) -> None:
+    """Two epochs of 140 in flight after ``paid_climb``: 17 % more pool for 1 % more tokens is
+    flat, and the second epoch confirms the first (one epoch is only a suspect)."""
+    for _ in range(2):
+        run.epoch(140, 1210, kv=1.0)
+
+
 def test_the_same_preemption_without_a_paid_epoch_cuts() -> None:
     run = Run()
     run.epoch(100, 1000, kv=0.5)
@@ -66,7 +73,7 @@ def test_the_same_preemption_without_a_paid_epoch_cuts() -> None:
 
 def test_a_flat_epoch_trims_back_to_the_smaller_pool_and_holds_there_through_preemptions() -> None:
     run = paid_climb()
-    run.epoch(140, 1210, kv=1.0)  # 17 % more pool for 1 % more tokens: flat
+    flat_epochs(run)
     reading, proposal = run.poll(140, level=120.0, kv=1.0, preemptions=5)
     assert proposal is None  # the trim came with the poll that closed the epoch
     # The pool drains to the frontier; meanwhile its preemptions and its queue are expected.
@@ -83,7 +90,7 @@ def test_a_flat_epoch_trims_back_to_the_smaller_pool_and_holds_there_through_pre
 
 def test_within_a_step_over_a_flat_epochs_frontier_preemptions_are_held_not_cut() -> None:
     run = paid_climb()
-    run.epoch(140, 1210, kv=1.0)  # flat: the frontier is 120, and 140 was measured to cost nothing
+    flat_epochs(run)  # the frontier is 120, and 140 was measured to cost nothing
     run.epoch(120, 1200, kv=0.9)  # drained to it: settled
     # Growth crept back into the step the flat epoch measured: its preemptions are its price.
     reading, proposal = run.poll(131, kv=1.0, preemptions=5)
@@ -92,7 +99,8 @@ def test_within_a_step_over_a_flat_epochs_frontier_preemptions_are_held_not_cut(
 
 def test_the_poll_that_closes_a_flat_epoch_proposes_the_trim_without_shedding() -> None:
     run = paid_climb()
-    readings = [run.poll(140, tokens=1210, kv=1.0) for _ in range(POLLS_PER_EPOCH)]
+    readings = [run.poll(140, tokens=1210, kv=1.0) for _ in range(2 * POLLS_PER_EPOCH)]
+    assert [proposal for _, proposal in readings[:-1]] == [None] * (2 * POLLS_PER_EPOCH - 1)
     _, proposal = readings[-1]
     assert proposal is not None
     assert (proposal.kind, proposal.cause, proposal.shed) == (
@@ -307,7 +315,11 @@ def on_trial() -> Run:
 
 def test_past_the_kv_line_a_pool_the_probe_can_judge_is_held_for_its_verdict_flat() -> None:
     run = on_trial()
-    _, proposal = run.poll(115, tokens=1010, kv=0.97, preemptions=5)  # the epoch closes
+    # The epoch closes flat: a suspect, held on trial for one more epoch, whose close confirms.
+    for _ in range(POLLS_PER_EPOCH):
+        reading, proposal = run.poll(115, tokens=1010, kv=0.97, preemptions=5)
+        assert (reading.signal, reading.cause, proposal) == (Signal.SOFT, Cause.PROBING, None)
+    _, proposal = run.poll(115, tokens=1010, kv=0.97, preemptions=5)
     assert proposal is not None
     assert (proposal.kind, proposal.cause) == (DecisionKind.TRIM, Cause.THROUGHPUT_FLAT)
     assert proposal.level == pytest.approx(100.0)

@@ -108,14 +108,14 @@ def test_a_cold_prefix_cache_after_an_update_is_no_eviction() -> None:
 
 
 def _epochs_around_a_sync_update(marked: bool) -> list[DecisionKind]:
-    """A pacer pool of 100, then 130 with tokens rising in proportion (it pays), where one
-    poll of the second epoch falls in a synchronous update: every engine paused, so that
-    poll's tokens are never reported. Unmarked, the same stretch is a poll of engines that
-    generated nothing."""
+    """A pacer pool of 100, then two epochs of 130 with tokens rising in proportion (it
+    pays), where one poll of each epoch of 130 falls in a synchronous update: every engine
+    paused, so that poll's tokens are never reported. Unmarked, the same stretch is a poll of
+    engines that generated nothing (two such epochs, as a flat verdict needs two)."""
     ctl = controller(PacerPolicy(), start=130)
     kinds: list[DecisionKind] = []
     at = 0.0
-    for inflight in (100, 130):
+    for inflight in (100, 130, 130):
         for k in range(4):
             at += 5.0
             paused = inflight == 130 and k == 1

@@ -3,7 +3,7 @@ it honest.
 
 Past the KV target the throughput probe, not a KV line, says how large the pool may be. The
 largest pool whose epoch paid is the frontier: at or under it, preemptions and KV pressure are
-the price of a fuller engine that still pays, held rather than cut. A flat epoch makes the
+the price of a fuller engine that still pays, held rather than cut. A flat verdict makes the
 smaller pool that produced as much the frontier, and the cap *settles* back to it (nothing
 shed: the excess drains as it completes). Such a frontier (and one a recheck moved down)
 also excuses a probe step over it: the larger pool was measured there and cost nothing, so a
@@ -59,7 +59,7 @@ class Frontier:
         return self._recheck is not None
 
     def settle_at(self, level: float, turnover: float) -> None:
-        """A flat epoch: the smaller pool of ``level`` produced as much, so it is the frontier
+        """A flat verdict: the smaller pool of ``level`` produced as much, so it is the frontier
         and the cap trims back to it."""
         self.level, self._since, self.settling, self._flat = level, turnover, True, True
 

@@ -30,26 +30,26 @@ class PacerPolicy:
       preemption that no measurement excused (below). Cut to ``cut_factor`` x inflight (its
       cube when it comes within ``escalation_polls`` of a drain release), shed the excess, and
       remember the pool size as the knee.
-    - Past the KV target (KV at or over it, or preempting), the throughput probe decides, not the
-      KV line: while the last turnover epoch ran a larger pool and throughput followed, the
-      reading is CLEAR (throughput rising) and the cap grows by ``frontier_growth`` a turnover;
-      preemptions, KV pressure, a queue and waiting engines are then the price of a fuller
-      engine that still pays. The largest pool that paid is the frontier: at or under it,
-      preemptions and KV pressure are held, not cut. A flat epoch trims back to the smaller
-      pool that produced as much (nothing shed), which becomes the frontier, and holds one
-      epoch there (``HOLD_TURNOVERS``). Under the frontier the cap grows back to it by
-      ``frontier_growth`` a turnover, through the price. A cut whose smaller pool then lost
-      throughput in proportion (the probe's ``larger_paid``) with KV still at the target shows
-      the pool it cut paid: that pool becomes the frontier and the cut's knee is dropped, so a
-      policy that braked on cheap preemptions before the probe had a verdict climbs back. The
-      verdict needs a whole epoch of the larger pool, so the first time a pool the probe can
-      judge (a step over its anchor) crosses the KV target or the trim line, preempts or
-      evicts, it is on trial (SOFT, probing): held, neither trimmed nor cut, for the epoch in
-      progress and the next, and their verdict decides. A frontier lasts as long as a knee
-      (``knee_memory_turnovers``); one still holding the pool past the KV target is then
-      rechecked a growth step under it, one that no longer does is forgotten (``Frontier``).
-      A recheck that keeps the frontier grows back to it, judged as any growth is, so where
-      a larger pool now pays it carries on past.
+    - Past the KV target (KV at or over it, or preempting), the throughput probe decides, not the KV
+      line: while the last turnover epoch ran a larger pool and throughput followed, the reading is
+      CLEAR (throughput rising) and the cap grows by ``frontier_growth`` a turnover; preemptions, KV
+      pressure, a queue and waiting engines are then the price of a fuller engine that still pays.
+      The largest pool that paid is the frontier: at or under it, preemptions and KV pressure are
+      held, not cut. A flat verdict (two epochs of the larger pool: the probe's first flat epoch is
+      only a suspect, held on trial for the next) trims back to the smaller pool that produced as
+      much (nothing shed), which becomes the frontier, and holds one epoch there
+      (``HOLD_TURNOVERS``). Under the frontier the cap grows back to it by ``frontier_growth`` a
+      turnover, through the price. A cut whose smaller pool then lost throughput in proportion (the
+      probe's ``larger_paid``) with KV still at the target shows the pool it cut paid: that pool
+      becomes the frontier and the cut's knee is dropped, so a policy that braked on cheap
+      preemptions before the probe had a verdict climbs back. The verdict needs a whole epoch of the
+      larger pool, so the first time a pool the probe can judge (a step over its anchor) crosses the
+      KV target or the trim line, preempts or evicts, it is on trial (SOFT, probing): held, neither
+      trimmed nor cut, for the epoch in progress and the next, and their verdict decides. A frontier
+      lasts as long as a knee (``knee_memory_turnovers``); one still holding the pool past the KV
+      target is then rechecked a growth step under it, one that no longer does is forgotten
+      (``Frontier``). A recheck that keeps the frontier grows back to it, judged as any growth is,
+      so where a larger pool now pays it carries on past.
     - SOFT with a trim: KV above ``trim_kv_usage`` for ``confirm_polls`` polls, or above
       ``shed_kv_usage`` once (cap = inflight x target / usage, the excess shed in the latter
       case only); or the prefix-cache hit rate fell below ``hit_drop`` x its clear

@@ -13,6 +13,14 @@ discarded: neither judged nor kept as the anchor. So is an epoch whose polls all
 pool (synchronous RL: a wave of short episodes can start and end between two polls): it says
 nothing about what a pool of some size produces.
 
+A flat verdict stands on two epochs of the larger pool, not one: the first that reads flat is
+only a suspect, and the next is judged with it (their mean pool against their mean rate). A
+single epoch is one turnover, and on vLLM-CPU its rate at a fixed pool of 20 swung by 10 to
+15 % from one to the next with the machine's speed, as much as a step buys: pacer settled at
+19 after one such epoch, where fixed 24 made 13 to 19 % more. A flat verdict costs a trim and
+a frontier held for ``knee_memory_turnovers``, so it waits for a second epoch; a paying one
+costs one growth step, which the next epoch judges again, so it does not wait.
+
 The probe also says whether the last closed epoch *paid*: it ran a pool at least ``step`` larger
 than the anchor and throughput rose by at least ``flat_gain`` of that. Past the KV target that
 is the evidence a policy needs to keep growing through preemptions: vLLM recomputes a preempted
@@ -69,6 +77,7 @@ class ThroughputProbe:
         self._paid = False
         self._larger_paid: EpochRate | None = None
         self._trial: tuple[float, float] | None = None  # (ends at turnover, anchor's inflight)
+        self._suspect: EpochRate | None = None  # a larger pool's epoch that read flat once
 
     @property
     def anchor(self) -> EpochRate | None:
@@ -93,10 +102,12 @@ class ThroughputProbe:
     def on_trial(self, inflight: int, turnover: float) -> bool:
         """Whether a pool of ``inflight`` is on trial now, starting one if it stands ``step``
         over an anchor no trial has held yet. A trial ends with its two epochs, or sooner
-        with a verdict or a new anchor."""
+        with a verdict or a new anchor; a suspect flat epoch holds it until its verdict."""
         anchor = self._anchor
         if anchor is None or anchor.rate <= 0:
             return False
+        if self._suspect is not None:
+            return True
         if self._trial is not None and self._trial[1] == anchor.inflight:
             return turnover < self._trial[0]
         if inflight < anchor.inflight * (1.0 + self._step):
@@ -131,6 +142,7 @@ class ThroughputProbe:
 
     def _judge(self, epoch: EpochRate) -> bool:
         anchor = self._anchor
+        suspect, self._suspect = self._suspect, None
         if anchor is None or epoch.inflight < anchor.inflight or anchor.rate <= 0:
             if anchor is not None and anchor.rate > 0 and self.lost(anchor, epoch):
                 self._larger_paid = anchor
@@ -139,8 +151,17 @@ class ThroughputProbe:
         pool_gain = epoch.inflight / anchor.inflight - 1.0
         if pool_gain < self._step:
             return False
-        self._anchor = epoch
+        if suspect is not None:
+            # Both epochs are one turnover long, so each weighs the same.
+            epoch = EpochRate(
+                (suspect.inflight + epoch.inflight) / 2, (suspect.rate + epoch.rate) / 2
+            )
+            pool_gain = epoch.inflight / anchor.inflight - 1.0
         flat = epoch.rate / anchor.rate - 1.0 < self._flat_gain * pool_gain
+        if flat and suspect is None:
+            self._suspect = epoch
+            return False
+        self._anchor = epoch
         self._paid = not flat
         return flat
 
@@ -166,7 +187,7 @@ class ThroughputProbe:
 
     def forget(self) -> None:
         """Drop the anchor and the epoch in progress: they measured another pool."""
-        self._anchor = self._last = None
+        self._anchor = self._last = self._suspect = None
         self._index = None
         self._trial = None
 
@@ -182,6 +203,6 @@ class ThroughputProbe:
         if anchor is not None and anchor[0] == 0:
             raise ValueError("anchor inflight must be > 0: an empty pool is never an anchor")
         self._anchor = None if anchor is None else EpochRate(*anchor)
-        self._last = None
+        self._last = self._suspect = None
         self._index = None
         self._trial = None
