@@ -143,6 +143,16 @@ def test_an_epoch_with_an_engine_restart_is_discarded_too() -> None:
     assert verdicts == [False, False, False, True]
 
 
+def test_a_suspect_whose_next_epoch_is_discarded_is_dropped_not_held_on() -> None:
+    """The suspect holds the pool on trial until its verdict; an epoch that measured nothing
+    gives none, so the suspect goes with it and the hold ends with the trial's two epochs."""
+    probe = ThroughputProbe(step=0.1, flat_gain=0.3)
+    polled = two_engines(stale_in=2)
+    verdicts = feed(probe, [(100, 1000), (120, 1040), (120, 1040), (120, 1040)], polled=polled)
+    assert verdicts == [False, False, False, False]  # the last epoch is a new suspect
+    assert probe.on_trial(100, 9.0)
+
+
 def test_an_epoch_that_only_saw_an_empty_pool_is_never_the_anchor() -> None:
     """Synchronous RL: waves of short episodes start and end between polls that see 0 in flight.
     Such an epoch as the anchor made the next comparison divide by zero."""

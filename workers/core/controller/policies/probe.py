@@ -138,6 +138,8 @@ class ThroughputProbe:
         # infinite rate would make the stored state unreadable.
         if math.isfinite(rate) and self._whole and self._inflight_sum > 0:
             epoch = self._last = EpochRate(self._inflight_sum / self._polls, rate)
+        else:
+            self._suspect = None  # its second epoch measured nothing: the trial ends unjudged
         self._start(index, poll.at)
         return epoch is not None and self._judge(epoch)
 
