@@ -4,9 +4,14 @@ environments, size, start and end, share and priority (``python -m bench share``
     [workload]          name, description
     [pool]              seconds, poll_interval_s: the horizon and every run's poll period
     [[engine]]          as in a single-run workload: the engines every run shares
-    [[run]]             name, start_s, end_s (default: the horizon), share (default 1),
-                        priority (default 0), batch_size, group_size, max_off_policy_steps,
-                        seed, and its own [[run.env]] tables
+    [[run]]             name, start_s, end_s (default: the horizon), host_dies (default
+                        false), share (default 1), priority (default 0), batch_size,
+                        group_size, max_off_policy_steps, seed, and its own [[run.env]] tables
+
+A run ends at ``end_s`` as a run stopped by its operator does: its claim leaves the pool at once.
+With ``host_dies`` its host dies there instead: its episodes are aborted with it, and its claim
+stays in the exchange, as a dead host's row does in the database, until it goes stale
+(``workers.core.sharing.CLAIM_TTL_S``).
 
 Each run is read as a single-run workload of its own (``parse_workload``), so its
 environments and sizes are checked by the same rules and its errors carry its path
@@ -38,6 +43,7 @@ class PoolRun:
     share: float
     priority: int
     workload: Workload
+    host_dies: bool = False  # at end_s its host dies rather than ending the run
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,7 @@ def _run(
     end = table.number("end_s", seconds, low=0.0, high=seconds)
     share = table.number("share", 1.0, low=1e-3, high=1e3)
     priority = table.integer("priority", 0, low=-100, high=100)
+    dies = table.boolean("host_dies", False)
     sizes = {key: table.raw(key) for key in RUN_KEYS if table.has(key)}
     for key in RUN_KEYS:
         table.raw(key, None)
@@ -134,7 +141,7 @@ def _run(
         return name, refused
     if name is None or start is None or end is None or share is None or priority is None:
         return name, None
-    return name, PoolRun(index + 1, name, start, end, share, priority, workload)
+    return name, PoolRun(index + 1, name, start, end, share, priority, workload, dies)
 
 
 def _take(errors: Errors, refused: ConfigError, index: int) -> None:

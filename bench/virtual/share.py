@@ -20,7 +20,8 @@ the output defines them:
   its start;
 - a run that ends early: from its end until the others hold 90 % of the episodes the pool
   held in the minute before it (the ceilings are handed back at the others' next
-  arbitration; taking the share up is their controllers' growth);
+  arbitration; taking the share up is their controllers' growth); a run whose host dies
+  hands its ceiling back only when its claim goes stale (``CLAIM_TTL_S``);
 - pool tokens/s: completed-episode tokens per second of every run over the window in which
   all of them run, against the better single run on the same engines over that window, and
   against the runs' own rates alone averaged by share (what a fair split of unlike runs can
@@ -267,8 +268,9 @@ def _handback(run: PoolRun, shared: PoolOutcome) -> str:
     later = [p for p in shared.points if p.at > run.end_s]
     ceded = next((p for p in later if _ceilings(p) >= REACHED * held), None)
     given = "never" if ceded is None else f"in {ceded.at - run.end_s:g} s"
+    ends = "'s host dies" if run.host_dies else " ends"
     head = (
-        f"run {run.run_id} ends at {run.end_s:g} s: the others' ceilings add up to 90 % of the "
+        f"run {run.run_id}{ends} at {run.end_s:g} s: the others' ceilings add up to 90 % of the "
         f"pool's {held:.0f} in flight {given}"
     )
     for point in later:

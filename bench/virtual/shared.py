@@ -4,9 +4,11 @@ every poll period by the runtime's own ``ShareTaker`` through an in-memory claim
 (the runtime's goes through the database; the rule and the claims are the same).
 
 A run's claim leaves the exchange when the run ends, as a hosted run's does when its state
-leaves the hosted ones. Each run's monitor scrapes the engines itself (``SimEngine.sample``
-per reader) and its requests carry its id, so what each run holds of the KV cache is read
-from the simulator's own block tables.
+leaves the hosted ones; when its host dies (``host_dies``), the claim stays until it goes
+stale (``CLAIM_TTL_S`` after its last renewal), as a dead host's row does in the database.
+Each run's monitor scrapes the engines itself (``SimEngine.sample`` per reader) and its
+requests carry its id, so what each run holds of the KV cache is read from the simulator's own
+block tables.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from bench.virtual.run import HostedRun, concurrency_table, host_run
 from workers.core.clock import ManualClock
 from workers.core.pool_share import ShareTaker
 from workers.core.samples import EngineRole
-from workers.core.sharing import Claim
+from workers.core.sharing import CLAIM_TTL_S, Claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +93,16 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
     serving = [e for e in engines if e.shape.role is not EngineRole.PREFILL]
     driver = VirtualTime(clock, engines)
     claims: dict[int, Claim] = {}
+    renewed: dict[int, float] = {}  # when each claim was last written
     live: dict[int, _Live] = {}
     points: list[PoolPoint] = []
 
     async def exchange(claim: Claim) -> list[Claim]:
-        since = claims[claim.run_id].since if claim.run_id in claims else clock.now()
+        now = clock.now()
+        since = claims[claim.run_id].since if claim.run_id in claims else now
         claims[claim.run_id] = dataclasses.replace(claim, since=since)
-        return list(claims.values())
+        renewed[claim.run_id] = now
+        return [dataclasses.replace(c, age=now - renewed[c.run_id]) for c in claims.values()]
 
     def start(run: PoolRun) -> None:
         table = concurrency_table(policy, pool.poll_interval_s)
@@ -115,6 +120,7 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
             engine_urls=lambda: names,
             exchange=exchange,
             clock=clock,
+            renew_s=pool.poll_interval_s,
         )
         loop = asyncio.get_running_loop()
         task = loop.create_task(orchestrator.run())
@@ -125,8 +131,11 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
         ended = live[run.run_id]
         ended.completed_tokens = ended.hosted.recorder.completed_tokens
         _stop(ended.arbiter)
-        claims.pop(run.run_id, None)
-        ended.hosted.orchestrator.stop("the run's end_s")
+        ended.hosted.orchestrator.stop("the run's end_s")  # its episodes' requests aborted
+        if run.host_dies:
+            driver.at(renewed[run.run_id] + CLAIM_TTL_S, lambda: claims.pop(run.run_id, None))
+        else:
+            claims.pop(run.run_id, None)
 
     def look() -> None:
         now = clock.now()

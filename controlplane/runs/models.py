@@ -16,7 +16,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 from controlplane.runs.consumers import run_group_name
-from workers.core.sharing import Claim
+from workers.core.sharing import CLAIM_TTL_S, Claim
 
 # An Idempotency-Key is a client's token for one create (a UUID, say); payment APIs take up
 # to 255 characters (Stripe's limit), and so does Pacer.
@@ -366,12 +366,6 @@ class Override(models.Model):
         return self.applied_at is None and not self.error
 
 
-# A claim its host has not renewed for a lease's life (workers.runtime.lease.LEASE_TTL_S, which
-# the web side does not import) is a host that is gone: its run is someone else's to host by
-# then, and the pool is split without it.
-CLAIM_TTL_S = 20.0
-
-
 class PoolClaimQuerySet(models.QuerySet["PoolClaim"]):
     def counted(self, now: datetime) -> PoolClaimQuerySet:
         """The claims the arbiter counts at ``now``: renewed within ``CLAIM_TTL_S``, of hosted
@@ -397,6 +391,7 @@ class PoolClaim(models.Model):
     inflight = models.PositiveIntegerField()  # its episodes in flight
     max_inflight = models.PositiveIntegerField()  # the most it may hold
     level = models.FloatField()  # the pool's level as its controller holds it
+    renew_s = models.FloatField()  # how often its host renews it (the host's look period)
     ceiling = models.PositiveIntegerField(null=True, blank=True)  # its part; None: alone
     footprint = models.FloatField(null=True, blank=True)  # KV tokens one episode holds
     completed = models.PositiveIntegerField(default=0)  # episodes completed under this host
@@ -409,7 +404,8 @@ class PoolClaim(models.Model):
     class Meta:
         indexes = [models.Index(fields=["updated_at"], name="pool_claim_fresh")]
 
-    def as_claim(self) -> Claim:
+    def as_claim(self, now: datetime) -> Claim:
+        """The claim as its host stated it, ``now`` giving its age."""
         return Claim(
             run_id=self.run_id,
             engines=frozenset(self.engines),
@@ -419,8 +415,10 @@ class PoolClaim(models.Model):
             inflight=self.inflight,
             max_inflight=self.max_inflight,
             level=self.level,
+            renew_s=self.renew_s,
             since=self.since.timestamp(),
             ceiling=self.ceiling,
             footprint=self.footprint,
             completed=self.completed,
+            age=(now - self.updated_at).total_seconds(),
         )

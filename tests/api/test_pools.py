@@ -12,17 +12,20 @@ from rest_framework.test import APIClient
 
 from controlplane.runs.models import CLAIM_TTL_S, PoolClaim, Run, RunState
 from tests.api.conftest import make_run
+from workers.core.sharing import Claim, arbitrate
+from workers.runtime.claims import exchange
 from workers.runtime.lease import LEASE_TTL_S
 
 pytestmark = pytest.mark.django_db
 
 E0, E1, E2 = "http://127.0.0.1:8001", "http://127.0.0.1:8002", "http://127.0.0.1:8003"
+HOUR = timedelta(hours=1)
 
 
 def claim(run: Run, engines: list[str], *, age_s: float = 1.0, **fields: Any) -> PoolClaim:
     updated_at = timezone.now() - timedelta(seconds=age_s)
     values: dict[str, Any] = dict(
-        weight=1.0, priority=0, demand=100, inflight=50, max_inflight=500, level=100.0,
+        weight=1.0, priority=0, demand=100, inflight=50, max_inflight=500, level=100.0, renew_s=5.0,
         ceiling=None, owner="host", since=updated_at - timedelta(minutes=5),
     )  # fmt: skip
     values.update(fields)
@@ -31,6 +34,22 @@ def claim(run: Run, engines: list[str], *, age_s: float = 1.0, **fields: Any) ->
 
 def test_a_claim_lives_as_long_as_a_lease() -> None:
     assert CLAIM_TTL_S == LEASE_TTL_S
+
+
+def test_a_host_states_how_often_it_renews_and_reads_how_late_each_claim_is() -> None:
+    hosted = make_run(name="hosted", lease_owner="me", lease_expires_at=timezone.now() + HOUR)
+    late = make_run(name="late")
+    claim(late, [E0], age_s=8.0, renew_s=5.0)  # its host missed a renewal
+    mine = Claim(
+        run_id=hosted.pk, engines=frozenset({E0}), weight=1.0, priority=0, demand=10,
+        inflight=10, max_inflight=100, level=50.0, renew_s=0.5,
+    )  # fmt: skip
+    found = {c.run_id: c for c in exchange(hosted.pk, "me", mine)}
+    assert PoolClaim.objects.get(run=hosted).renew_s == 0.5
+    assert found[hosted.pk].age < 1.0 and not found[hosted.pk].overdue
+    assert 8.0 <= found[late.pk].age < 9.0 and found[late.pk].overdue
+    share = arbitrate(hosted.pk, list(found.values()))
+    assert share is not None and not share.counted  # its episodes may have died with it
 
 
 def test_pools_group_runs_on_overlapping_engines_and_leave_out_claims_that_do_not_count(

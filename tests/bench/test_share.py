@@ -18,6 +18,7 @@ from bench.virtual.shared import PoolOutcome, run_pool
 from bench.virtual.suite import shipped_workloads
 from bench.virtual.workload import parse_workload
 from workers.core.config.fields import ConfigError
+from workers.core.sharing import CLAIM_TTL_S
 
 ENV = [{"name": "longtail", "args": {"prompt_tokens": 64, "completion_tokens": 100}}]
 SIZE = {"batch_size": 8, "group_size": 4}
@@ -119,9 +120,33 @@ def test_a_run_that_ends_hands_its_share_back(shared: PoolOutcome) -> None:
     assert max(p.runs[0].inflight for p in after) > max(r.inflight for r in before)
 
 
+def test_a_run_whose_host_dies_keeps_its_part_until_its_claim_goes_stale() -> None:
+    """Its episodes are aborted at once; its claim counts until it is ``CLAIM_TTL_S`` old.
+    Meanwhile the leader holds the pool's level: the engines emptied of the dead run's
+    episodes are no reason to grow, once the claim is overdue."""
+    a, b = POOL["run"]
+    dying = {**POOL, "run": [{**a, "end_s": 160}, {**b, "end_s": 100, "host_dies": True}]}
+    outcome = run_pool(parse_pool_workload(dying), "reference")
+    survivor = {p.at: p.of(1) for p in outcome.points}
+    assert all(p.of(2) is None for p in outcome.points if p.at > 100)  # its episodes are gone
+    held = [survivor[at] for at in range(110, 120, 5)]  # overdue: its last renewal 5 s late
+    assert all(r.ceiling is not None for r in held)  # the claim still counts...
+    assert len({r.cap for r in held}) == 1, held  # ...and the leader holds the level
+    assert survivor[100 + CLAIM_TTL_S + 10].ceiling is None  # the part is its own again
+    assert parse_pool_workload(dying).runs[1].host_dies
+    assert bad(run=[a, {**b, "host_dies": "yes"}]) == [
+        "run[1].host_dies: must be true or false, got 'yes'"
+    ]
+
+
 def test_the_multi_run_workloads_stay_out_of_the_suite() -> None:
     pools = {Path(path).name for path in shipped_pools()}
-    assert pools == {"s1_two_equal.toml", "s2_mixed_shapes.toml", "s3_priority.toml"}
+    assert pools == {
+        "s1_two_equal.toml",
+        "s2_mixed_shapes.toml",
+        "s3_priority.toml",
+        "s4_host_dies.toml",
+    }
     assert not pools & {Path(path).name for path in shipped_workloads()}
 
 

@@ -47,7 +47,7 @@ def sharing_runs(stack: Stack, db_access: None) -> Iterator[list[Run]]:
         PoolClaim.objects.create(
             run=run, engines=engines, weight=weight, priority=0, demand=CAPACITY,
             inflight=second - 10, max_inflight=CAPACITY, level=CAPACITY, ceiling=second,
-            footprint=FOOTPRINTS[name], owner="elsewhere", updated_at=now,
+            footprint=FOOTPRINTS[name], owner="elsewhere", updated_at=now, renew_s=5.0,
             since=now - timedelta(seconds=60 - len(runs)),  # train hosted first
         )  # fmt: skip
         for ago_s, before, after, ceiling in ((60, 100, 150, first), (20, 150, second, second)):

@@ -41,6 +41,7 @@ class ShareTaker:
         engine_urls: Callable[[], frozenset[str]],
         exchange: Exchange,
         clock: Clock,
+        renew_s: float,
     ) -> None:
         self.run_id = run_id
         self._weight = weight
@@ -51,6 +52,7 @@ class ShareTaker:
         self._engine_urls = engine_urls  # the run's engines now: they join and leave
         self._exchange = exchange
         self._clock = clock
+        self._renew_s = renew_s  # how often its host looks, and so renews the claim
         self._last: Share | None = None  # the part taken at the last look
         # Each other run's (since, completed, inflight) in the pool at the last look.
         self._seen: dict[int, tuple[float, int, int]] = {}
@@ -71,6 +73,7 @@ class ShareTaker:
             inflight=self._orchestrator.loop.dispatcher.inflight,
             max_inflight=self._max_inflight,
             level=controller.level,
+            renew_s=self._renew_s,
             ceiling=controller.ceiling,
             footprint=self._orchestrator.footprint.tokens,
             completed=controller.completed,
@@ -103,6 +106,7 @@ class ShareTaker:
                 others_inflight=share.others_inflight,
                 others_may_hold=share.others_may_hold,
                 held_back=share.held_back,
+                counted=share.counted,
                 terms=tuple(
                     (c.run_id, c.weight, c.priority)
                     for c in sorted(found, key=lambda c: c.run_id)

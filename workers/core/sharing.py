@@ -40,6 +40,14 @@ PRIORITY_RANGE = (-100, 100)
 # pool's free room. A run that holds its part gives or takes a group of episodes from look to
 # look, and that is no reason to hold it back.
 FILLING = 0.9
+# A claim its host has not renewed for a lease's life (workers.runtime.lease.LEASE_TTL_S) is a
+# host that is gone: its run is someone else's to host by then, and the pool is split without it.
+CLAIM_TTL_S = 20.0
+# A claim its host renews late by more than this is overdue: the episodes it states may have
+# died with the host (their engines abort them), and the pool's in-flight count is in doubt
+# until the claim is renewed or goes stale (``CLAIM_TTL_S``). Two seconds is longer than a
+# database write takes (a lease renewal's is a few milliseconds) and a tenth of the TTL.
+OVERDUE_GRACE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +62,18 @@ class Claim:
     inflight: int  # its episodes in flight: what it holds of the engines now
     max_inflight: int  # the most it may ever hold: the pool's level is bounded by their sum
     level: float  # the pool's level as its controller holds it (the leader's is the pool's)
+    renew_s: float  # how often its host renews it (the host's look period)
     since: float = 0.0  # when the exchange first saw the run's current host: the longest leads
     ceiling: int | None = None  # its part at its last look; None while it was alone
     footprint: float | None = None  # KV tokens one of its episodes holds on average; None:
     # not measured yet (no episode finished), taken as the pool's mean
     completed: int = 0  # episodes it completed under its current host: the leader counts them
+    age: float = 0.0  # seconds since its host last renewed it, as the exchange read it
+
+    @property
+    def overdue(self) -> bool:
+        """Its host missed a renewal (``OVERDUE_GRACE_S``): it may be dead."""
+        return self.age > self.renew_s + OVERDUE_GRACE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +91,8 @@ class Share:
     # they free are its to take over at once
     others_inflight: int = 0  # episodes the other runs hold in flight
     others_may_hold: int = 0  # ...or may hold by their parts, if more: their claims lag
+    counted: bool = True  # every other run's claim was renewed on time: the episodes they
+    # state are in flight (an overdue host's may have died with it)
 
     @property
     def fraction(self) -> float:
@@ -130,6 +147,7 @@ def arbitrate(run_id: int, claims: Sequence[Claim]) -> Share | None:
         displacing=_displacing(pool, parts),
         others_inflight=sum(c.inflight for c in others),
         others_may_hold=sum(max(c.inflight, parts[c.run_id] - held_back[c.run_id]) for c in others),
+        counted=not any(c.overdue for c in others),
     )
 
 

@@ -26,6 +26,7 @@ def exchange(run_id: int, owner: str, claim: Claim) -> list[Claim]:
         "inflight": claim.inflight,
         "max_inflight": claim.max_inflight,
         "level": claim.level,
+        "renew_s": claim.renew_s,
         "ceiling": claim.ceiling,
         "footprint": claim.footprint,
         "completed": claim.completed,
@@ -36,4 +37,4 @@ def exchange(run_id: int, owner: str, claim: Claim) -> list[Claim]:
         PoolClaim.objects.update_or_create(
             run_id=run_id, defaults={**fields, "owner": owner, "since": now}
         )
-    return [row.as_claim() for row in PoolClaim.objects.counted(now)]
+    return [row.as_claim(now) for row in PoolClaim.objects.counted(now)]

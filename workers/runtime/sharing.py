@@ -1,10 +1,11 @@
 """A hosted run's part in the pool of engines it shares, its claims exchanged through the
 database.
 
-At every poll period the host's ``ShareTaker`` (``workers.core.pool_share``) writes its
-run's claim and reads every fresh claim back (``workers.runtime.claims``), computes its own
-run's part with the same rule every other host uses and gives it to the controller. The
-database being away only delays this; the part in force stays meanwhile.
+At every poll period (``LOOK_MAX_S`` at most) the host's ``ShareTaker``
+(``workers.core.pool_share``) writes its run's claim and reads every fresh claim back
+(``workers.runtime.claims``), computes its own run's part with the same rule every other host
+uses and gives it to the controller. The database being away only delays this; the part in
+force stays meanwhile.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from workers.core.controller.observe import ObserveOnly
 from workers.core.decisions import Decision
 from workers.core.orchestrator.orchestrator import Orchestrator
 from workers.core.pool_share import ShareTaker
-from workers.core.sharing import Claim
+from workers.core.sharing import CLAIM_TTL_S, Claim
 from workers.runtime import claims
 
 logger = logging.getLogger(__name__)
+
+# The host looks at the pool every poll period, but at least four times in a claim's life: a
+# run polling its engines every minute would otherwise drop out of its pool between two looks.
+LOOK_MAX_S = CLAIM_TTL_S / 4
 
 Call = Callable[..., Awaitable[Any]]
 
@@ -47,7 +52,7 @@ class PoolShare:
         self.run_id = run_id
         self._owner = owner
         self._call = call
-        self._period_s = period_s
+        self._period_s = min(period_s, LOOK_MAX_S)
         self.taker = ShareTaker(
             run_id=run_id,
             weight=weight,
@@ -58,6 +63,7 @@ class PoolShare:
             engine_urls=engine_urls,
             exchange=self._exchange,
             clock=clock,
+            renew_s=self._period_s,
         )
 
     async def run(self) -> None:

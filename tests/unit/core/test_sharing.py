@@ -8,12 +8,14 @@ import pytest
 
 from tests.unit.core.builders import complete, sample
 from workers.core.controller.concurrency import Controller
+from workers.core.controller.policies.base import PoolView
 from workers.core.controller.policies.pacer import PacerPolicy
 from workers.core.controller.policies.reference import ReferencePolicy
+from workers.core.controller.polls import PollSummary
 from workers.core.controller.pool_part import PoolPart
 from workers.core.controller.records import ControllerConfig
 from workers.core.decisions import Cause, DecisionKind
-from workers.core.sharing import Claim, arbitrate, ceilings, leader_of
+from workers.core.sharing import OVERDUE_GRACE_S, Claim, arbitrate, ceilings, leader_of
 
 POOL = frozenset({"http://e0", "http://e1"})
 
@@ -21,7 +23,7 @@ POOL = frozenset({"http://e0", "http://e1"})
 def claim(run: int, **fields: object) -> Claim:
     values: dict = dict(
         run_id=run, engines=POOL, weight=1.0, priority=0, demand=1000, inflight=10,
-        max_inflight=1000, level=200.0, since=float(run),
+        max_inflight=1000, level=200.0, renew_s=1.0, since=float(run),
     )  # fmt: skip
     values.update(fields)
     return Claim(**values)
@@ -180,6 +182,45 @@ def test_the_leader_counts_the_other_runs_completions_in_the_pools_turnover() ->
     follower.share(part(0.5, leads=False, level=100.0, others=50), now=1.0, detail="")
     assert follower.others_completed(50, now=2.0) == ()
     assert (follower.make_stats(2.0).turnover, follower.level) == (0.0, 100.0)
+
+
+def test_a_claim_renewed_late_leaves_the_pools_count_in_doubt() -> None:
+    def counted(age: float, own_age: float = 0.0) -> bool:
+        share = arbitrate(1, [claim(1, age=own_age), claim(2, renew_s=1.0, age=age)])
+        assert share is not None
+        return share.counted
+
+    assert counted(1.0 + OVERDUE_GRACE_S)  # a renewal a little late: a slow write
+    assert not counted(1.1 + OVERDUE_GRACE_S)  # a renewal missed: the host may be dead
+    assert counted(0.5, own_age=60.0)  # its own claim is its own to judge, not the pool's
+
+
+def test_the_leader_does_not_grow_the_pool_while_a_run_is_overdue() -> None:
+    def grown(counted: bool) -> float:
+        ctl = alone_at(100)
+        ctl.share(part(0.2, leads=True, others=80, counted=counted), now=1.0, detail="")
+        complete(ctl, 10, now=2.0, pool=10)
+        return ctl.level
+
+    assert grown(True) > 100.0
+    assert grown(False) == 100.0  # the others' 80 may have died with their host
+
+
+def test_an_epoch_with_a_run_overdue_is_no_verdict_on_the_pool() -> None:
+    """A dead host's episodes are aborted while its claim still states them: the same tokens
+    from a pool that seems a third larger would read as flat."""
+
+    def causes(counted: bool) -> list[Cause]:
+        policy, readings = PacerPolicy(), []
+        for index, inflight in enumerate([100] * 4 + [130] * 12):
+            doubt = not counted and inflight > 100  # the host died as the pool grew
+            view = PoolView(float(inflight), inflight, None, index / 4, counted=not doubt)
+            poll = PollSummary.from_samples([sample(running=inflight, tokens=1000)], index * 5.0)
+            readings.append(policy.read(poll, view).cause)
+        return readings
+
+    assert Cause.THROUGHPUT_FLAT in causes(counted=True)
+    assert Cause.THROUGHPUT_FLAT not in causes(counted=False)
 
 
 def test_a_part_moved_by_less_than_5_percent_is_not_taken_while_the_pool_is_the_same() -> None:

@@ -453,10 +453,14 @@ class Controller:
 
     def _may_grow(self, pool: int, now: float) -> bool:
         """The binding check reads the pool: a leader whose own part is idle still grows the
-        level the other runs fill."""
+        level the other runs fill. Not while a run sharing the engines is overdue: its host
+        may be dead and its episodes aborted, and growth on engines they emptied would hand
+        the pool a level its load never earned when the claim goes stale and the freed part
+        comes back."""
         return (
             self._bootstrapped
             and not self._following
+            and (self._part is None or self._part.counted)
             and not self._drain.holding
             and self._freshness.fresh(now)
             and self._growth > 1.0
@@ -507,7 +511,10 @@ class Controller:
         since = self._drain.polls_since_release
         part = self._part
         inflight = self._inflight + (0 if part is None else part.others_inflight)
-        return PoolView(self._level, inflight, since, self._turnover, self._drain.holding)
+        counted = part is None or part.counted
+        return PoolView(
+            self._level, inflight, since, self._turnover, self._drain.holding, counted=counted
+        )
 
     def _level_cap(self) -> int:
         """The level in whole episodes: the run's cap alone, the pool's in a pool."""

@@ -28,6 +28,7 @@ class PoolPart:
     others_may_hold: int  # ...or may hold by their parts, if more: their claims lag a look
     terms: tuple[tuple[int, float, int], ...] = ()  # each run's (id, share, priority)
     held_back: int = 0  # of its part, what the runs it displaces have not freed yet
+    counted: bool = True  # the other runs' episodes are known: every claim renewed on time
 
     def __post_init__(self) -> None:
         if not 0.0 < self.fraction <= 1.0:

@@ -60,6 +60,8 @@ class PoolView:
     polls_since_release: int | None  # polls since the last drain release; None if never
     turnover: float  # completions / pool size, summed: how many times the pool was replaced
     draining: bool = False  # the drain latch of a cut holds: no streak may build on this poll
+    counted: bool = True  # ``inflight`` is known: no run sharing the engines is overdue (a
+    # dead host's claim states episodes its engines aborted until the claim goes stale)
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,8 +162,16 @@ class PacerPolicy:
         return None
 
     def _judge_epoch(self, poll: PollSummary, pool: PoolView) -> None:
-        """Close the turnover epoch if one ended, and learn from the probe's verdict."""
+        """Close the turnover epoch if one ended, and learn from the probe's verdict. A poll
+        whose pool count is in doubt (a run sharing the engines is overdue) is no measurement:
+        its epoch is discarded, as one with a stale engine's poll is. A dead host's claim
+        states the episodes its engines aborted until it goes stale, and a pool that seems to
+        hold them makes only the live ones' tokens: in virtual time, ten seconds after a
+        death, the leader read 75 in flight as making no more than 51 and trimmed the
+        shared pool's level to 51."""
         probe = self._probe
+        if not pool.counted:
+            probe.interrupt()
         before = probe.anchor  # a flat verdict compares the new epoch with this one
         flat = probe.observe(poll, pool.inflight, pool.turnover)
         if flat and before is not None:
