@@ -19,6 +19,7 @@ from controlplane.runs import selectors
 from controlplane.runs.api.inputs import CompareFilters
 from controlplane.runs.compare import NoSuchRuns, compare_runs
 from controlplane.runs.config_diff import ABSENT
+from controlplane.runs.models import CLAIM_TTL_S
 from controlplane.runs.roles import is_operator, role_of
 from controlplane.signin_limits import ThrottledSignIn
 from workers.core.decisions import DecisionKind
@@ -87,6 +88,7 @@ def pools(request: HttpRequest) -> HttpResponse:
             "api": {"pools": reverse("api:pool-list")},
             "run_url": reverse("dashboard:run", args=[0]),
         },
+        "claim_ttl_s": CLAIM_TTL_S,
     }
     return render(request, "dashboard/pools.html", context)
 

@@ -357,7 +357,7 @@ class PoolView:
     engines: list[str]  # every engine a run of the pool claims, sorted
     level: int  # the pool's in-flight level: its leader's
     leader: int  # the run whose controller sizes the pool
-    runs: list[PoolClaim]  # with ``run`` loaded, by run id
+    runs: list[PoolClaim]  # with ``run`` loaded, by run id, each marked ``overdue``
 
 
 def pool_list() -> list[PoolView]:
@@ -369,6 +369,8 @@ def pool_list() -> list[PoolView]:
     counted = PoolClaim.objects.counted(now).select_related("run")
     rows = {row.run_id: row for row in counted}
     claims = [row.as_claim(now) for row in rows.values()]
+    for row, claim in zip(rows.values(), claims, strict=True):
+        row.overdue = claim.overdue  # type: ignore[attr-defined]
     groups = {frozenset(c.run_id for c in pool_of(run_id, claims)) for run_id in rows}
     pools = [g for g in groups if len(g) > 1 and not any(g < other for other in groups)]
     return [_pool_view([rows[run_id] for run_id in sorted(g)], now) for g in sorted(pools, key=min)]

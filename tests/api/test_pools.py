@@ -59,8 +59,9 @@ def test_pools_group_runs_on_overlapping_engines_and_leave_out_claims_that_do_no
     second = make_run(RunState.STOPPING, name="eval")
     long_ago = timezone.now() - timedelta(hours=1)
     claim(first, [E0, E1], weight=2.0, priority=1, inflight=140, ceiling=200, level=290.0)
+    # renewed every 5 s, last 10 s ago: overdue
     claim(second, [E1], demand=80, inflight=60, ceiling=100, level=300.4, since=long_ago,
-          footprint=640.5)  # fmt: skip
+          footprint=640.5, age_s=10.0)  # fmt: skip
     claim(make_run(name="alone"), [E2], ceiling=None)
     stale = make_run(name="stale")
     claim(stale, [E0], age_s=CLAIM_TTL_S + 5, ceiling=50)
@@ -82,6 +83,7 @@ def test_pools_group_runs_on_overlapping_engines_and_leave_out_claims_that_do_no
     ]
     assert [r["footprint"] for r in pool["runs"]] == [None, 640.5]
     assert all(r["updated_at"] for r in pool["runs"])
+    assert [r["overdue"] for r in pool["runs"]] == [False, True]
 
 
 def test_runs_on_engines_that_do_not_overlap_are_separate_pools(viewer_client: APIClient) -> None:

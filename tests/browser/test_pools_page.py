@@ -7,6 +7,7 @@ priority there (the command stored, the config changed with it). A viewer has no
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -15,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 from playwright.sync_api import Browser, expect
 
-from controlplane.runs.models import Decision, Override, PoolClaim, Run, RunState
+from controlplane.runs.models import CLAIM_TTL_S, Decision, Override, PoolClaim, Run, RunState
 from tests.browser.conftest import OPERATOR, VIEWER, Stack, screenshot, signed_in_page
 from tests.integration.hosting import run_document
 
@@ -76,6 +77,25 @@ def test_the_pools_page_explains_pools_while_there_is_none(
         expect(page.locator("#no-pools")).to_be_visible()
         expect(page.locator("#no-pools")).to_contain_text("no two running runs share an engine")
         expect(page.locator("#pools-status")).to_contain_text("updated")
+
+
+def test_a_claim_its_host_renews_late_is_marked_overdue(
+    browser: Browser, stack: Stack, sharing_runs: list[Run]
+) -> None:
+    late = sharing_runs[1]
+    eight_ago = timezone.now() - timedelta(seconds=8)  # renewed every 5 s; counted for 20
+    PoolClaim.objects.filter(run=late).update(updated_at=eight_ago)
+    connection.close()
+    with signed_in_page(browser, stack, VIEWER) as page:
+        page.goto(f"{stack.web.url}/pools/")
+        badge = page.locator(f"tr[data-run='{late.pk}'] .badge.overdue")
+        expect(badge).to_have_text("overdue")
+        expect(badge).to_have_attribute("title", re.compile("it may be dead"))
+        expect(page.locator(".badge.overdue")).to_have_count(1)  # the other renews on time
+        expect(page.locator("p.muted").first).to_contain_text(
+            f"{CLAIM_TTL_S:.0f} seconds after its last renewal"
+        )
+        screenshot(page, "pools-overdue")
 
 
 def test_two_sharing_runs_show_in_one_pool_and_an_operator_changes_a_share(

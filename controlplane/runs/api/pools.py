@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 from controlplane.runs import selectors
 from controlplane.runs.api.runs import ERRORS
 from controlplane.runs.models import CLAIM_TTL_S
+from workers.core.sharing import OVERDUE_GRACE_S
 
 
 class PoolRunSerializer(serializers.Serializer):
@@ -29,6 +30,12 @@ class PoolRunSerializer(serializers.Serializer):
         "cache); null until it has measured some",
     )
     updated_at = serializers.DateTimeField(help_text="when its host last stated its claim")
+    overdue = serializers.BooleanField(
+        help_text="its host missed a renewal by more than "
+        f"{OVERDUE_GRACE_S:g} s and may be dead, its episodes aborted: until the claim is "
+        "renewed or left out, the pool's leader neither grows the level nor judges its "
+        "throughput"
+    )
 
 
 class PoolSerializer(serializers.Serializer):
