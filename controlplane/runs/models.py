@@ -9,11 +9,13 @@ join over millions of samples.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models import DurationField, ExpressionWrapper, F
+from django.db.models.functions import Now
 
 from controlplane.runs.consumers import run_group_name
 from workers.core.sharing import CLAIM_TTL_S, Claim
@@ -367,13 +369,16 @@ class Override(models.Model):
 
 
 class PoolClaimQuerySet(models.QuerySet["PoolClaim"]):
-    def counted(self, now: datetime) -> PoolClaimQuerySet:
-        """The claims the arbiter counts at ``now``: renewed within ``CLAIM_TTL_S``, of hosted
-        runs only (a run that ended, paused or was handed back drops out of its pool at once)."""
+    def counted(self) -> PoolClaimQuerySet:
+        """The claims the arbiter counts now: renewed within ``CLAIM_TTL_S``, of hosted runs
+        only (a run that ended, paused or was handed back drops out of its pool at once), each
+        with its ``age``. Claims are written and aged by the database's clock, not the hosts':
+        a claim two seconds late is overdue (``workers.core.sharing.OVERDUE_GRACE_S``), and
+        two hosts' clocks may differ by more than that."""
         return self.filter(
-            updated_at__gte=now - timedelta(seconds=CLAIM_TTL_S),
+            updated_at__gte=Now() - timedelta(seconds=CLAIM_TTL_S),
             run__state__in=(RunState.RUNNING, RunState.STOPPING),
-        )
+        ).annotate(age=ExpressionWrapper(Now() - F("updated_at"), output_field=DurationField()))
 
 
 class PoolClaim(models.Model):
@@ -397,15 +402,15 @@ class PoolClaim(models.Model):
     completed = models.PositiveIntegerField(default=0)  # episodes completed under this host
     owner = models.CharField(max_length=200)  # the host that wrote it (its lease's owner)
     since = models.DateTimeField()  # when that host first wrote it: the longest leads
-    updated_at = models.DateTimeField()
+    updated_at = models.DateTimeField()  # the database's clock, as ``since``
 
     objects = PoolClaimQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["updated_at"], name="pool_claim_fresh")]
 
-    def as_claim(self, now: datetime) -> Claim:
-        """The claim as its host stated it, ``now`` giving its age."""
+    def as_claim(self) -> Claim:
+        """The claim as its host stated it, of a row ``counted`` read (its ``age``)."""
         return Claim(
             run_id=self.run_id,
             engines=frozenset(self.engines),
@@ -420,5 +425,5 @@ class PoolClaim(models.Model):
             ceiling=self.ceiling,
             footprint=self.footprint,
             completed=self.completed,
-            age=(now - self.updated_at).total_seconds(),
+            age=self.age.total_seconds(),
         )

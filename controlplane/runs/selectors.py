@@ -365,19 +365,18 @@ def pool_list() -> list[PoolView]:
     with the runs it shares an engine with (``pool_of``), the groups contained in another left
     out (a run that shares with two runs that share nothing: the middle one's pool). A run
     alone on its engines is in no pool."""
-    now = timezone.now()
-    counted = PoolClaim.objects.counted(now).select_related("run")
+    counted = PoolClaim.objects.counted().select_related("run")
     rows = {row.run_id: row for row in counted}
-    claims = [row.as_claim(now) for row in rows.values()]
+    claims = [row.as_claim() for row in rows.values()]
     for row, claim in zip(rows.values(), claims, strict=True):
         row.overdue = claim.overdue  # type: ignore[attr-defined]
     groups = {frozenset(c.run_id for c in pool_of(run_id, claims)) for run_id in rows}
     pools = [g for g in groups if len(g) > 1 and not any(g < other for other in groups)]
-    return [_pool_view([rows[run_id] for run_id in sorted(g)], now) for g in sorted(pools, key=min)]
+    return [_pool_view([rows[run_id] for run_id in sorted(g)]) for g in sorted(pools, key=min)]
 
 
-def _pool_view(found: list[PoolClaim], now: datetime) -> PoolView:
-    leader = leader_of([row.as_claim(now) for row in found])
+def _pool_view(found: list[PoolClaim]) -> PoolView:
+    leader = leader_of([row.as_claim() for row in found])
     return PoolView(
         engines=sorted({url for row in found for url in row.engines}),
         level=int(leader.level),

@@ -2,11 +2,12 @@
 fresh claims of every run that may share its engines, read back in the same call. Only
 hosted runs' claims count: a run that ended, paused or was handed back drops out of its pool
 at once, its row left for its next host to rewrite. A claim's ``since`` is when its current
-host first wrote it: the pool is sized by the run hosted on it longest."""
+host first wrote it: the pool is sized by the run hosted on it longest. Both times are the
+database's clock, which every host reads alike."""
 
 from __future__ import annotations
 
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from controlplane.runs.models import PoolClaim
 from workers.core.sharing import Claim
@@ -16,8 +17,7 @@ from workers.runtime.store import fenced
 @fenced
 def exchange(run_id: int, owner: str, claim: Claim) -> list[Claim]:
     """Write ``claim`` (``owner`` being its host), and read every fresh claim of a hosted
-    run, this one's included."""
-    now = timezone.now()
+    run, this one's included. Times are the database's (``PoolClaim.objects.counted``)."""
     fields = {
         "engines": sorted(claim.engines),
         "weight": claim.weight,
@@ -30,11 +30,11 @@ def exchange(run_id: int, owner: str, claim: Claim) -> list[Claim]:
         "ceiling": claim.ceiling,
         "footprint": claim.footprint,
         "completed": claim.completed,
-        "updated_at": now,
+        "updated_at": Now(),
     }
     kept = PoolClaim.objects.filter(run_id=run_id, owner=owner).update(**fields)
     if not kept:
         PoolClaim.objects.update_or_create(
-            run_id=run_id, defaults={**fields, "owner": owner, "since": now}
+            run_id=run_id, defaults={**fields, "owner": owner, "since": Now()}
         )
-    return [row.as_claim(now) for row in PoolClaim.objects.counted(now)]
+    return [row.as_claim() for row in PoolClaim.objects.counted()]
