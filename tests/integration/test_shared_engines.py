@@ -9,9 +9,11 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from controlplane.runs.engine_commands import share_set
 from controlplane.runs.models import CLAIM_TTL_S, Decision, Override, Run, RunState
@@ -26,6 +28,7 @@ from tests.integration.hosting import (
     stop_worker,
     wait_for,
 )
+from workers.core.sharing import OVERDUE_GRACE_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 # The smaller cap over the larger, averaged over ten seconds: equal shares within 10 %.
@@ -115,7 +118,7 @@ def test_two_runs_split_the_pool_and_a_dead_hosts_share_comes_back(
         before_kill = Decision.objects.filter(run=first).order_by("id").last().pk
         kill_worker(second_worker)
         second_worker = None
-        killed_at = time.monotonic()
+        killed_at, killed_wall = time.monotonic(), timezone.now()
         lifted = wait_for(
             lambda: [d for d in shares(first) if "ceiling" in d.reason and "-> none" in d.reason],
             CLAIM_TTL_S + 30,
@@ -131,6 +134,13 @@ def test_two_runs_split_the_pool_and_a_dead_hosts_share_comes_back(
             for d in Decision.objects.filter(run=first, id__gt=before_kill).order_by("id")
         ]
         assert lifted[-1].cap_after >= 0.8 * held, (held, since_kill)
+        # Once the dead run's claim is overdue (its host renewed it every 0.5 s), the first
+        # neither grows the pool's level nor trims it on throughput until the claim is gone.
+        overdue_by = killed_wall + timedelta(seconds=0.5 + OVERDUE_GRACE_S + 2.0)
+        meanwhile = Decision.objects.filter(
+            run=first, at__gt=overdue_by, at__lt=lifted[-1].at, kind__in=("grow", "trim")
+        )
+        assert not meanwhile.exists(), since_kill
         first.refresh_from_db()
         override_create(run=first, created_by=None, mode="stop", reason="done")
         wait_for(lambda: Run.objects.get(pk=first.pk).state in RunState.ended(), 60, "the stop")
