@@ -26,7 +26,7 @@ from bench.virtual.run import HostedRun, concurrency_table, host_run
 from workers.core.clock import ManualClock
 from workers.core.pool_share import ShareTaker
 from workers.core.samples import EngineRole
-from workers.core.sharing import CLAIM_TTL_S, Claim
+from workers.core.sharing import CLAIM_TTL_S, LOOK_MAX_S, Claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +110,7 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
         hosted = host_run(config, engines, clock, None, reader=f"{run.run_id}:")
         orchestrator = hosted.orchestrator
         names = frozenset(e.name for e in hosted.members.polled())
+        look_s = min(pool.poll_interval_s, LOOK_MAX_S)  # as the runtime's host looks
         taker = ShareTaker(
             run_id=run.run_id,
             weight=run.share,
@@ -120,11 +121,11 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
             engine_urls=lambda: names,
             exchange=exchange,
             clock=clock,
-            renew_s=pool.poll_interval_s,
+            renew_s=look_s,
         )
         loop = asyncio.get_running_loop()
         task = loop.create_task(orchestrator.run())
-        arbiter = loop.create_task(_every(taker, clock, pool.poll_interval_s))
+        arbiter = loop.create_task(_every(taker, clock, look_s))
         live[run.run_id] = _Live(run, hosted, task, arbiter)
 
     def end(run: PoolRun) -> None:
@@ -132,7 +133,7 @@ async def _pool(pool: PoolWorkload, policy: str, horizon: float) -> PoolOutcome:
         ended.completed_tokens = ended.hosted.recorder.completed_tokens
         _stop(ended.arbiter)
         ended.hosted.orchestrator.stop("the run's end_s")  # its episodes' requests aborted
-        if run.host_dies:
+        if run.host_dies and run.run_id in renewed:
             driver.at(renewed[run.run_id] + CLAIM_TTL_S, lambda: claims.pop(run.run_id, None))
         else:
             claims.pop(run.run_id, None)

@@ -396,7 +396,9 @@ class PoolClaim(models.Model):
     inflight = models.PositiveIntegerField()  # its episodes in flight
     max_inflight = models.PositiveIntegerField()  # the most it may hold
     level = models.FloatField()  # the pool's level as its controller holds it
-    renew_s = models.FloatField()  # how often its host renews it (the host's look period)
+    # How often its host renews it (the host's look period). A host of the release before
+    # writes none while a rolling upgrade runs: the default poll period stands for it.
+    renew_s = models.FloatField(db_default=5.0)
     ceiling = models.PositiveIntegerField(null=True, blank=True)  # its part; None: alone
     footprint = models.FloatField(null=True, blank=True)  # KV tokens one episode holds
     completed = models.PositiveIntegerField(default=0)  # episodes completed under this host

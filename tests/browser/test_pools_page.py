@@ -82,9 +82,12 @@ def test_the_pools_page_explains_pools_while_there_is_none(
 def test_a_claim_its_host_renews_late_is_marked_overdue(
     browser: Browser, stack: Stack, sharing_runs: list[Run]
 ) -> None:
-    late = sharing_runs[1]
-    eight_ago = timezone.now() - timedelta(seconds=8)  # renewed every 5 s; counted for 20
-    PoolClaim.objects.filter(run=late).update(updated_at=eight_ago)
+    late, on_time = sharing_runs[1], sharing_runs[0]
+    now = timezone.now()
+    # one renewed every second, last 8 s ago (counted for 12 s more); one renewed just now and
+    # every 15 s, overdue in no less than 17 s however slow the page is to come
+    PoolClaim.objects.filter(run=late).update(updated_at=now - timedelta(seconds=8), renew_s=1.0)
+    PoolClaim.objects.filter(run=on_time).update(updated_at=now, renew_s=15.0)
     connection.close()
     with signed_in_page(browser, stack, VIEWER) as page:
         page.goto(f"{stack.web.url}/pools/")

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.runs.engine_commands import share_set
@@ -28,6 +29,7 @@ from tests.integration.hosting import (
     stop_worker,
     wait_for,
 )
+from workers.core.decisions import Cause
 from workers.core.sharing import OVERDUE_GRACE_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -135,10 +137,12 @@ def test_two_runs_split_the_pool_and_a_dead_hosts_share_comes_back(
         ]
         assert lifted[-1].cap_after >= 0.8 * held, (held, since_kill)
         # Once the dead run's claim is overdue (its host renewed it every 0.5 s), the first
-        # neither grows the pool's level nor trims it on throughput until the claim is gone.
+        # neither grows the pool's level nor trims it on a throughput verdict until the claim
+        # is gone (a KV trim or a cut still may).
         overdue_by = killed_wall + timedelta(seconds=0.5 + OVERDUE_GRACE_S + 2.0)
+        grown_or_judged = Q(kind="grow") | Q(kind="trim", cause=Cause.THROUGHPUT_FLAT.value)
         meanwhile = Decision.objects.filter(
-            run=first, at__gt=overdue_by, at__lt=lifted[-1].at, kind__in=("grow", "trim")
+            grown_or_judged, run=first, at__gt=overdue_by, at__lt=lifted[-1].at
         )
         assert not meanwhile.exists(), since_kill
         first.refresh_from_db()

@@ -52,7 +52,7 @@ class ShareTaker:
         self._engine_urls = engine_urls  # the run's engines now: they join and leave
         self._exchange = exchange
         self._clock = clock
-        self._renew_s = renew_s  # how often its host looks, and so renews the claim
+        self.renew_s = renew_s  # how often its host looks, and so renews the claim
         self._last: Share | None = None  # the part taken at the last look
         # Each other run's (since, completed, inflight) in the pool at the last look.
         self._seen: dict[int, tuple[float, int, int]] = {}
@@ -73,7 +73,7 @@ class ShareTaker:
             inflight=self._orchestrator.loop.dispatcher.inflight,
             max_inflight=self._max_inflight,
             level=controller.level,
-            renew_s=self._renew_s,
+            renew_s=self.renew_s,
             ceiling=controller.ceiling,
             footprint=self._orchestrator.footprint.tokens,
             completed=controller.completed,
@@ -178,10 +178,12 @@ class ShareTaker:
         left = [run for run in before if run not in share.runs and run != self.run_id]
         engines = ", ".join(sorted(_host(url) for url in self._engine_urls()))
         arrived = ", ".join(str(c.run_id) for c in joined)
+        late = ", ".join(str(c.run_id) for c in others if c.overdue)
         news = "".join(
             [
                 f"run {arrived} joined; " if joined and last else "",
                 f"run {', '.join(map(str, left))} left; " if left else "",
+                f"run {late} overdue (its host may be dead: no growth); " if late else "",
             ]
         )
         weights = ", ".join(f"run {c.run_id} x{c.weight:g} p{c.priority}" for c in others)

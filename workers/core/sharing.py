@@ -43,10 +43,16 @@ FILLING = 0.9
 # A claim its host has not renewed for a lease's life (workers.runtime.lease.LEASE_TTL_S) is a
 # host that is gone: its run is someone else's to host by then, and the pool is split without it.
 CLAIM_TTL_S = 20.0
+# A host looks at the pool (and so renews its claim) every poll period, but at least four times
+# in a claim's life: a run polling its engines every minute would otherwise drop out of its
+# pool between two looks.
+LOOK_MAX_S = CLAIM_TTL_S / 4
 # A claim its host renews late by more than this is overdue: the episodes it states may have
 # died with the host (their engines abort them), and the pool's in-flight count is in doubt
 # until the claim is renewed or goes stale (``CLAIM_TTL_S``). Two seconds is longer than a
-# database write takes (a lease renewal's is a few milliseconds) and a tenth of the TTL.
+# database write takes (a lease renewal's is a few milliseconds) and a tenth of the TTL; a
+# renewal that waits behind a long flush of the host's records (after an outage) may be later,
+# which only holds the leader's growth until it comes.
 OVERDUE_GRACE_S = 2.0
 
 

@@ -21,14 +21,10 @@ from workers.core.controller.observe import ObserveOnly
 from workers.core.decisions import Decision
 from workers.core.orchestrator.orchestrator import Orchestrator
 from workers.core.pool_share import ShareTaker
-from workers.core.sharing import CLAIM_TTL_S, Claim
+from workers.core.sharing import LOOK_MAX_S, Claim
 from workers.runtime import claims
 
 logger = logging.getLogger(__name__)
-
-# The host looks at the pool every poll period, but at least four times in a claim's life: a
-# run polling its engines every minute would otherwise drop out of its pool between two looks.
-LOOK_MAX_S = CLAIM_TTL_S / 4
 
 Call = Callable[..., Awaitable[Any]]
 
@@ -52,7 +48,7 @@ class PoolShare:
         self.run_id = run_id
         self._owner = owner
         self._call = call
-        self._period_s = min(period_s, LOOK_MAX_S)
+        self.period_s = min(period_s, LOOK_MAX_S)  # how often it looks, and renews its claim
         self.taker = ShareTaker(
             run_id=run_id,
             weight=weight,
@@ -63,7 +59,7 @@ class PoolShare:
             engine_urls=engine_urls,
             exchange=self._exchange,
             clock=clock,
-            renew_s=self._period_s,
+            renew_s=self.period_s,
         )
 
     async def run(self) -> None:
@@ -72,7 +68,7 @@ class PoolShare:
                 await self.arbitrate()
             except Exception:  # the host's tenure deals with a lost lease
                 logger.warning("sharing: pool claims unreachable for now", exc_info=True)
-            await asyncio.sleep(self._period_s)
+            await asyncio.sleep(self.period_s)
 
     async def arbitrate(self) -> None:
         await self.taker.arbitrate()

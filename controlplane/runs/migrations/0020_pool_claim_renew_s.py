@@ -1,6 +1,7 @@
 """Pool claims state how often their host renews them, so that another host can tell a claim
-renewed late (its host may be dead) from one renewed on time. A claim written before this
-states the default poll period until its host's next look rewrites it."""
+renewed late (its host may be dead) from one renewed on time. A claim written before this, or
+by a host of the release before during a rolling upgrade, states the default poll period: the
+column's own default, since such a host inserts no value."""
 
 from django.db import migrations, models
 
@@ -14,7 +15,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="poolclaim",
             name="renew_s",
-            field=models.FloatField(default=5.0),
-            preserve_default=False,
+            field=models.FloatField(db_default=5.0),
         ),
     ]

@@ -206,6 +206,22 @@ def test_the_leader_does_not_grow_the_pool_while_a_run_is_overdue() -> None:
     assert grown(False) == 100.0  # the others' 80 may have died with their host
 
 
+def test_the_controller_tells_its_policy_when_the_pools_count_is_in_doubt() -> None:
+    seen: list[bool] = []
+
+    class Recording(ReferencePolicy):
+        def read(self, poll: PollSummary, pool: PoolView):  # type: ignore[no-untyped-def]
+            seen.append(pool.counted)
+            return super().read(poll, pool)
+
+    ctl = alone_at(100, Recording())
+    ctl.share(part(0.5, leads=True, others=50, counted=False), now=1.0, detail="")
+    ctl.on_poll([sample("e0")], inflight=50, now=5.0)
+    ctl.share(part(0.5, leads=True, others=50), now=6.0, detail="")
+    ctl.on_poll([sample("e0")], inflight=50, now=10.0)
+    assert seen == [True, False, True]  # alone, a run overdue, renewed
+
+
 def test_an_epoch_with_a_run_overdue_is_no_verdict_on_the_pool() -> None:
     """A dead host's episodes are aborted while its claim still states them: the same tokens
     from a pool that seems a third larger would read as flat."""

@@ -39,7 +39,7 @@ function runRow(run, pool) {
   const leads = run.id === pool.leader;
   const name = element("td", {}, [link]);
   if (leads) name.append(" ", element("span", { className: "badge leader", text: "sizes the pool", title: "hosted on the pool longest: its controller sizes the pool's level, the others hold their parts of it" }));
-  if (run.overdue) name.append(" ", element("span", { className: "badge overdue", text: "overdue", title: `its host has not renewed its claim since ${new Date(run.updated_at).toLocaleTimeString([], { hour12: false })}: it may be dead, its episodes aborted. The pool's level is held until the claim is renewed or left out.` }));
+  if (run.overdue) name.append(" ", element("span", { className: "badge overdue", text: "overdue", title: `its host has not renewed its claim since ${new Date(run.updated_at).toLocaleTimeString([], { hour12: false })}: it may be dead, its episodes aborted. The pool's leader does not grow the level or judge its throughput until the claim is renewed or left out.` }));
   const row = element("tr", {}, [
     name,
     cell(run.weight, "num"),
