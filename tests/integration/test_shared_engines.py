@@ -129,17 +129,21 @@ def test_two_runs_split_the_pool_and_a_dead_hosts_share_comes_back(
         print(f"; ceiling lifted {time.monotonic() - killed_at:.1f} s after the kill", end="")
         assert "no other run shares its engines" in lifted[-1].reason
         assert "ceiling" not in lifted[-1].figures
-        # the freed share is the first run's at once: it holds the pool's level, whole
-        # (not trimmed meanwhile on the dead run's claim: its episodes were aborted with it)
-        since_kill = [
-            f"{d.kind} {d.cap_before} -> {d.cap_after}: {d.reason}"
+        # The freed share is the first run's at once: from its part of the pool's level (a
+        # quarter, at x1 beside x3) to the whole level. (Not the level the two held at the
+        # kill: under load pacer probes a step over the pool's knee and trims back every few
+        # seconds, so the level at the kill need not stand.)
+        since_kill = f"the two held {held}; the first's decisions since the kill:\n" + "\n".join(
+            f"{d.at:%H:%M:%S.%f} {d.kind} {d.cap_before} -> {d.cap_after}: {d.reason}"
             for d in Decision.objects.filter(run=first, id__gt=before_kill).order_by("id")
-        ]
-        assert lifted[-1].cap_after >= 0.8 * held, (held, since_kill)
+        )
+        whole = lifted[-1]
+        assert whole.cap_after >= 3 * whole.cap_before, since_kill
         # Once the dead run's claim is overdue (its host renewed it every 0.5 s), the first
         # neither grows the pool's level nor trims it on a throughput verdict until the claim
         # is gone (a KV trim or a cut still may).
-        overdue_by = killed_wall + timedelta(seconds=0.5 + OVERDUE_GRACE_S + 2.0)
+        # (a few seconds more for the first host's next look, and a loaded machine's lag)
+        overdue_by = killed_wall + timedelta(seconds=0.5 + OVERDUE_GRACE_S + 5.0)
         grown_or_judged = Q(kind="grow") | Q(kind="trim", cause=Cause.THROUGHPUT_FLAT.value)
         meanwhile = Decision.objects.filter(
             grown_or_judged, run=first, at__gt=overdue_by, at__lt=lifted[-1].at

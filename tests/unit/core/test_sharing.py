@@ -4,6 +4,8 @@ leader sizing the pool as a run alone and the others following it."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tests.unit.core.builders import complete, sample
@@ -169,6 +171,18 @@ def test_the_leader_grows_the_pool_while_the_pool_binds_though_its_own_part_is_i
 
     assert grown(0) == 100.0  # the pool of 10 does not bind a level of 100
     assert grown(80) > 100.0  # with the others' 80 it does
+
+
+def test_growth_not_yet_on_record_is_recorded_before_a_share_decision() -> None:
+    ctl = alone_at(100)
+    records = list(ctl.share(part(0.2, leads=True, others=80), now=1.0, detail=""))
+    records += complete(ctl, 200, now=2.0, pool=20)  # the first step recorded, the rest wait
+    records += ctl.share(part(0.5, leads=True, others=50), now=3.0, detail="")
+    kinds = [d.kind for d in records]
+    assert kinds == [DecisionKind.SHARE, DecisionKind.GROW, DecisionKind.GROW, DecisionKind.SHARE]
+    for earlier, later in itertools.pairwise(records):
+        assert later.cap_before == earlier.cap_after, records  # each starts where one ended
+    assert all(d.cap_after > d.cap_before for d in records[1:3])  # growth reads as growth
 
 
 def test_the_leader_counts_the_other_runs_completions_in_the_pools_turnover() -> None:

@@ -221,7 +221,10 @@ class Controller:
         excess complete, unless its own last poll read the engines overloaded, when the excess
         is shed as the leader's cut shed its own. A change of the cap, of the pool's
         membership or of who leads is a decision (``share``, with ``detail``; while in a pool
-        every decision's figures carry the part, ``ceiling``)."""
+        every decision's figures carry the part, ``ceiling``), and growth not yet on record
+        is recorded just before it: a later growth record would start from the cap before
+        the part changed ("grow 191 -> 104: Decreased concurrency")."""
+        unchanged = self._moment(now)  # where growth not yet on record ended
         before, was = self._policy_cap(), self._part
         if part is not None and was is not None:
             part = was.after(part)
@@ -246,7 +249,11 @@ class Controller:
         if starts:  # its start, as a run alone starts with the cap it derives
             kind, cause = DecisionKind.BOOTSTRAP, Cause.START
             text = f"started at its part of the pool: {text}"
-        return (self._moment(now).policy_record(kind, cause, text, before=before, shed=shed),)
+        growth = self._grow_log.record(unchanged)
+        return (
+            *growth,
+            self._moment(now).policy_record(kind, cause, text, before=before, shed=shed),
+        )
 
     def on_completion(self, completion: EpisodeCompletion, *, now: float) -> tuple[Decision, ...]:
         """One episode finished; it may grow the cap. The pool's leader counts it as one of
