@@ -28,7 +28,7 @@ from controlplane.runs.models import (
     StepRecord,
 )
 from workers.core.controller.records import ControllerConfig
-from workers.core.sharing import leader_of, pool_of
+from workers.core.sharing import Claim, leader_of, pool_of
 
 ACTIVE = (RunState.QUEUED, RunState.RUNNING, RunState.STOPPING, RunState.PAUSED)
 HOSTED = (RunState.RUNNING, RunState.STOPPING)
@@ -367,16 +367,20 @@ def pool_list() -> list[PoolView]:
     alone on its engines is in no pool."""
     counted = PoolClaim.objects.counted().select_related("run")
     rows = {row.run_id: row for row in counted}
-    claims = [row.as_claim() for row in rows.values()]
-    for row, claim in zip(rows.values(), claims, strict=True):
-        row.overdue = claim.overdue  # type: ignore[attr-defined]
-    groups = {frozenset(c.run_id for c in pool_of(run_id, claims)) for run_id in rows}
+    claims = {run_id: row.as_claim() for run_id, row in rows.items()}
+    for run_id, row in rows.items():
+        row.overdue = claims[run_id].overdue  # type: ignore[attr-defined]
+    every = list(claims.values())
+    groups = {frozenset(c.run_id for c in pool_of(run_id, every)) for run_id in rows}
     pools = [g for g in groups if len(g) > 1 and not any(g < other for other in groups)]
-    return [_pool_view([rows[run_id] for run_id in sorted(g)]) for g in sorted(pools, key=min)]
+    return [
+        _pool_view([rows[run_id] for run_id in sorted(g)], [claims[run_id] for run_id in g])
+        for g in sorted(pools, key=min)
+    ]
 
 
-def _pool_view(found: list[PoolClaim]) -> PoolView:
-    leader = leader_of([row.as_claim() for row in found])
+def _pool_view(found: list[PoolClaim], stated: list[Claim]) -> PoolView:
+    leader = leader_of(stated)
     return PoolView(
         engines=sorted({url for row in found for url in row.engines}),
         level=int(leader.level),
