@@ -89,19 +89,39 @@ class RunOutcome:
 
     @property
     def steady_throughput(self) -> float:
-        """The run's work per second over its second half, from its last poll at or before
-        half-way (the run's start if none) to the end: the rate once the ramp is over, which
-        is what an hours-long run mostly delivers. Work is completed-episode tokens plus the
-        tokens generated so far for episodes in flight (less those of episodes cancelled or
+        """The run's work per second over its second half: the rate once the ramp is over,
+        which is what an hours-long run mostly delivers. Work is completed-episode tokens plus
+        the tokens generated so far for episodes in flight (less those of episodes cancelled or
         failed meanwhile): read from completions alone, a window would be paid for the
         backlog a large pool built before it, and the second half of a fixed cap of 1,000
         on W3 would score half as much again as its whole run."""
-        at, done = 0.0, 0
+        return self.work_rate(self.seconds / 2, self.seconds)
+
+    @property
+    def steady_quarters(self) -> tuple[float, float]:
+        """The second half's work per second, quarter by quarter. Where a fixed cap's two
+        quarters differ by more than the gap a policy's steady ratio shows (an eval wave, a
+        pool of long answers aging, a drift), the run is too short to tell that gap from the
+        workload's own swing."""
+        third, last = self.seconds / 2, self.seconds * 3 / 4
+        return self.work_rate(third, last), self.work_rate(last, self.seconds)
+
+    def work_rate(self, since: float, until: float) -> float:
+        """Work per second between the last polls at or before ``since`` and ``until`` (the
+        run's start if there is none; the horizon's own count from the horizon on)."""
+        start, before = self._work_at(since)
+        end, after = self._work_at(until)
+        return (after - before) / (end - start)
+
+    def _work_at(self, at: float) -> tuple[float, int]:
+        if at >= self.seconds:
+            return self.seconds, self.progress_tokens
+        when, done = 0.0, 0
         for sample in self.samples:
-            if sample.at > self.seconds / 2:
+            if sample.at > at:
                 break
-            at, done = sample.at, sample.progress
-        return (self.progress_tokens - done) / (self.seconds - at)
+            when, done = sample.at, sample.progress
+        return when, done
 
     @property
     def direction_changes(self) -> int:
@@ -157,6 +177,9 @@ class RunOutcome:
             "ratio_to_oracle": None if not oracle else round(self.throughput / oracle, 3),
             "steady_throughput": round(self.steady_throughput, 1),
             "steady_ratio": None if not oracle else round(self.steady_throughput / oracle, 3),
+            "steady_quarter_ratios": None
+            if not oracle
+            else [round(rate / oracle, 3) for rate in self.steady_quarters],
             "completed_episodes": self.completed_episodes,
             "failed_episodes": self.failed_episodes,
             "preemptions": self.preemptions,

@@ -110,6 +110,12 @@ class Sweep:
         best = max(self.outcomes, key=lambda o: o.steady_throughput)
         return self.caps[self.outcomes.index(best)], best.steady_throughput / self.oracle
 
+    def quarters(self, outcome: RunOutcome) -> str:
+        """A run's second half quarter by quarter, as ratios to the oracle: the swing a steady
+        ratio averages over."""
+        third, last = outcome.steady_quarters
+        return f"{third / self.oracle:.2f} / {last / self.oracle:.2f}"
+
     def shape(self) -> str:
         """Whether the curve is flat past its knee, keeps rising, or falls off a cliff."""
         best = self.caps.index(self.best_cap)
@@ -127,14 +133,15 @@ class Sweep:
         """The curve as a table; its steady column shows what a fixed cap's own second half
         scores against the whole-run oracle, the yardstick for a policy's steady ratio."""
         lines = [
-            "| cap | tokens/s | ratio | steady ratio | preemptions | wasted | max KV |",
-            "|---" * 7 + "|",
+            "| cap | tokens/s | ratio | steady ratio | by quarter | preemptions | wasted "
+            "| max KV |",
+            "|---" * 8 + "|",
         ]
         for cap, o in zip(self.caps, self.outcomes, strict=True):
             lines.append(
                 f"| {cap} | {o.throughput:,.0f} | {o.throughput / self.oracle:.3f} | "
-                f"{o.steady_throughput / self.oracle:.3f} | {o.preemptions} | "
-                f"{o.wasted_tokens:,} | {o.max_kv:.2f} |"
+                f"{o.steady_throughput / self.oracle:.3f} | {self.quarters(o)} | "
+                f"{o.preemptions} | {o.wasted_tokens:,} | {o.max_kv:.2f} |"
             )
         return "\n".join(lines)
 

@@ -80,6 +80,17 @@ def test_the_second_half_is_not_paid_for_work_done_before_it() -> None:
     assert outcome(poll_every=5.0, in_flight=lambda at: 800).steady_throughput == 150.0
 
 
+def test_the_second_half_is_also_read_quarter_by_quarter() -> None:
+    """100 tokens/s from 50 s to 75 s, 200 after: the quarters, and their mean, which is the
+    second half's rate; a sweep shows them as ratios to its oracle, as do the figures."""
+    run = outcome(poll_every=5.0)
+    assert run.steady_quarters == (100.0, 200.0)
+    assert sum(run.steady_quarters) / 2 == run.steady_throughput
+    assert Sweep((10,), (run,)).quarters(run) == "1.00 / 2.00"
+    assert run.figures(oracle=200.0)["steady_quarter_ratios"] == [0.5, 1.0]
+    assert run.figures()["steady_quarter_ratios"] is None
+
+
 def test_a_sweep_names_the_best_whole_run_and_the_best_second_half_apart() -> None:
     """Cap 10 delivers more over the whole run (120 tokens/s against 100) but half its first
     half's work was a backlog; cap 20's second half does more (150 tokens/s): the oracle is
