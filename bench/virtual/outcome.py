@@ -107,21 +107,20 @@ class RunOutcome:
         return self.work_rate(third, last), self.work_rate(last, self.seconds)
 
     def work_rate(self, since: float, until: float) -> float:
-        """Work per second between the last polls at or before ``since`` and ``until`` (the
-        run's start if there is none; the horizon's own count from the horizon on)."""
-        start, before = self._work_at(since)
-        end, after = self._work_at(until)
-        return (after - before) / (end - start)
-
-    def _work_at(self, at: float) -> tuple[float, int]:
-        if at >= self.seconds:
-            return self.seconds, self.progress_tokens
-        when, done = 0.0, 0
+        """Work per second over the polls that span ``since`` to ``until``: from the last poll
+        at or before the one (the run's start if none) to the first at or after the other (the
+        horizon if none), so a window shorter than the poll interval still spans one."""
+        start, before = 0.0, 0
         for sample in self.samples:
-            if sample.at > at:
+            if sample.at > since:
                 break
-            when, done = sample.at, sample.progress
-        return when, done
+            start, before = sample.at, sample.progress
+        end, after = self.seconds, self.progress_tokens
+        if until < self.seconds:
+            first = next((s for s in self.samples if s.at >= until), None)
+            if first is not None:
+                end, after = first.at, first.progress
+        return (after - before) / (end - start)
 
     @property
     def direction_changes(self) -> int:

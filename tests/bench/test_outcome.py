@@ -91,6 +91,14 @@ def test_the_second_half_is_also_read_quarter_by_quarter() -> None:
     assert run.figures()["steady_quarter_ratios"] is None
 
 
+def test_a_quarter_shorter_than_a_poll_interval_still_spans_one_poll() -> None:
+    """Polls every 40 s: the third quarter (50 s to 75 s) holds none, so it is read from the
+    poll at 40 s to the one at 80 s (the rate there is 100 tokens/s, then 200)."""
+    third, last = outcome(poll_every=40.0).steady_quarters
+    assert third == pytest.approx((tokens_at(80) - tokens_at(40)) / 40)
+    assert last == pytest.approx((tokens_at(100) - tokens_at(40)) / 60)
+
+
 def test_a_sweep_names_the_best_whole_run_and_the_best_second_half_apart() -> None:
     """Cap 10 delivers more over the whole run (120 tokens/s against 100) but half its first
     half's work was a backlog; cap 20's second half does more (150 tokens/s): the oracle is
