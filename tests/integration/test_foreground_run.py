@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -95,6 +96,31 @@ def test_a_five_step_multiturn_run_writes_five_whole_batches(
     assert decisions[0]["kind"] == "bootstrap"
     assert max(d["cap_after"] for d in decisions) <= 48
     assert list((output / "wandb").glob("offline-run-*/run-*.wandb"))
+
+
+def test_the_shipped_multiturn_config_scores_answers_apart_on_the_quick_starts_engines(
+    tmp_path: Path,
+) -> None:
+    """On engines that run every answer to max_tokens, every answer scored the same (0) and
+    every advantage was 0: the demo's reward chart was a flat line and its batches taught
+    nothing. scripts/run's engines end answers themselves; read how from the script."""
+    lengths = re.search(
+        r"^SIM_ANSWER_LENGTHS=(\S+)$", (REPO_ROOT / "scripts/run").read_text(), re.M
+    )
+    assert lengths, "scripts/run no longer sets SIM_ANSWER_LENGTHS"
+    with sim_engines(tmp_path, 2, "--length", lengths.group(1)) as started:
+        text = (REPO_ROOT / "configs" / "multiturn.toml").read_text()
+        for port, engine in zip(("8100", "8101"), started, strict=True):
+            text = text.replace(f"http://127.0.0.1:{port}", engine.url)
+        config = tmp_path / "multiturn.toml"
+        config.write_text(text.replace("max_steps = 5", "max_steps = 2"))
+        done = run(config, tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for step in ("000001", "000002"):
+        report = json.loads((tmp_path / "out" / "steps" / step / "report.json").read_text())
+        assert 0.3 < report["reward_mean"] < 0.95 and report["reward_std"] > 0.02, report
+        advantages = torch.load(tmp_path / "out" / "steps" / step / "batch.pt")["advantages"]
+        assert (advantages != 0).float().mean() > 0.5
 
 
 @pytest.mark.parametrize(
