@@ -217,7 +217,7 @@ def test_an_operator_command_says_what_growth_it_takes_in() -> None:
     grown = ctl.cap
     pin = ctl.pin(200, 60.0, now=2.0)
     assert (pin.cap_before, pin.cap_after) == (grown, 200)
-    assert pin.reason.endswith("(operator); policy cap had grown from 101 unrecorded")
+    assert pin.reason.endswith("(operator); the policy had grown it from 101 since its last record")
     assert ctl.on_poll(CLEAR, inflight=200, now=5.0) == ()  # the pin took the growth in
 
 

@@ -490,7 +490,9 @@ class Controller:
     def _command(self, kind: DecisionKind, now: float, before: int, reason: str) -> Decision:
         """An operator's decision; it takes in growth not yet on record, and says so."""
         start = self._grow_log.take()
-        grown = "" if start is None else f"; policy cap had grown from {start} unrecorded"
+        grown = (
+            "" if start is None else f"; the policy had grown it from {start} since its last record"
+        )
         return self._moment(now).record(kind, Cause.OPERATOR, before, reason + grown)
 
     def _moment(self, now: float) -> Moment:
