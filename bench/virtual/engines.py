@@ -192,6 +192,29 @@ class SimEngine:
         self.up = True
         self._incarnation += 1
 
+    def lengthen_unstarted(self, factor: float) -> None:
+        """A policy that drifts to longer answers writes every answer not yet started, those
+        queued here before the drift among them: on a real engine the weights that generate an
+        answer decide its length, not the ones in place when it was sent. (The simulator plans
+        a length on arrival; left so, a pool with hundreds queued would go on answering at the
+        old length long after the drift.) Where the caller planned the length (``ignore_eos``,
+        an environment's ``completion_tokens``), the plan stands for the policy's and grows;
+        where the engine's end of sequence ended it, that does; a ``max_tokens`` that bounded
+        it does not move. The benchmark sends no stop strings."""
+        max_model_len = self.virtual.engine.config.max_model_len
+        for _, req in self.waiters.values():
+            if req.scheduled_time is not None:
+                continue  # started: its answer is under way
+            planned = max(1, round(req.max_output_tokens * factor))
+            if req.ignore_eos:
+                room = max_model_len - req.num_prompt_tokens
+                req.max_tokens = req.max_output_tokens = min(planned, room)
+            elif req.final_reason is FinishReason.STOP:
+                if planned >= req.max_tokens:
+                    req.max_output_tokens, req.final_reason = req.max_tokens, FinishReason.LENGTH
+                else:
+                    req.max_output_tokens = planned
+
     def _fail_all(self, why: str) -> None:
         waiters, self.waiters = self.waiters, {}
         self.virtual.abort(list(waiters))

@@ -2,7 +2,9 @@
 
 - ``lengths``: every train environment's answers grow by ``factor`` (the policy drifts to
   longer reasoning); environments whose lengths the model decides get it on the engines'
-  own end-of-sequence lengths.
+  own end-of-sequence lengths. Answers queued on an engine and not yet started grow too,
+  whichever environment asked, as the drifted weights write them
+  (``SimEngine.lengthen_unstarted``).
 - ``engine_down`` / ``engine_up``: engine k dies (its requests fail) or joins (fresh).
 - ``kv``: the engines restart with ``factor`` times their KV cache.
 - ``eval_wave``: an evaluation wave starts now.
@@ -94,3 +96,4 @@ def scale_lengths(config: RunConfig, engines: list[SimEngine], factor: float) ->
             model.default_length = LengthDistribution(
                 length.kind, length.mean * factor, length.spread
             )
+        engine.lengthen_unstarted(factor)

@@ -139,6 +139,7 @@ class Engine:
             output_seed=output_seed,
             arrival_time=arrival,
             max_tokens=plan.max_tokens,
+            ignore_eos=params.ignore_eos,
             ready_time=arrival + self.grammar_compile_s if params.structured else arrival,
         )
         return req

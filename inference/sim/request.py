@@ -67,6 +67,7 @@ class Request:
     output_seed: int  # seeds its output token ids (see inference.sim.text)
     arrival_time: float  # clock seconds when it reached the engine
     max_tokens: int  # max_tokens as asked or defaulted, clamped to the room left (as vLLM)
+    ignore_eos: bool = False  # asked to run to max_tokens: the length is the caller's plan
     ready_time: float = 0.0  # may not be scheduled before this (grammar compile): deferred
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
