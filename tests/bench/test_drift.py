@@ -6,8 +6,10 @@ fixed cap look better than it is."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import numpy as np
+import pytest
 
 from bench.virtual.engines import SimEngine
 from bench.virtual.workload import parse_workload
@@ -29,24 +31,33 @@ WORKLOAD = {
 }
 
 
-def submit(engine: SimEngine, name: str, params: SamplingParams, at: float) -> Request:
-    """A request on the engine as the benchmark's client sends one."""
-    req = engine.virtual.submit(name, np.arange(3, 67, dtype=np.int64), params, at)
-    engine.waiters[name] = (asyncio.Future(loop=asyncio.new_event_loop()), req)
-    return req
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """The loop the waiters' futures belong to, as the benchmark's client's do."""
+    made = asyncio.new_event_loop()
+    yield made
+    made.close()
 
 
-def test_answers_queued_before_the_drift_are_written_at_the_new_length() -> None:
-    shape = parse_workload(WORKLOAD).engines[0]
-    engine = SimEngine(shape, seed=1)
-    running = submit(engine, "running", SamplingParams(max_tokens=400, ignore_eos=True), 0.0)
+def test_answers_queued_before_the_drift_are_written_at_the_new_length(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    engine = SimEngine(parse_workload(WORKLOAD).engines[0], seed=1)
+
+    def submit(name: str, params: SamplingParams, at: float) -> Request:
+        """A request on the engine as the benchmark's client sends one."""
+        req = engine.virtual.submit(name, np.arange(3, 67, dtype=np.int64), params, at)
+        engine.waiters[name] = (loop.create_future(), req)
+        return req
+
+    running = submit("running", SamplingParams(max_tokens=400, ignore_eos=True), 0.0)
     engine.virtual.run_until(0.5)  # admitted and under way before the drift
     assert running.scheduled_time is not None
-    planned = submit(engine, "planned", SamplingParams(max_tokens=400, ignore_eos=True), 0.5)
-    ended = submit(engine, "ended", SamplingParams(max_tokens=500), 0.5)  # EOS at 100
-    capped = submit(engine, "capped", SamplingParams(max_tokens=60), 0.5)  # max_tokens first
-    near_room = submit(engine, "near_room", SamplingParams(max_tokens=900, ignore_eos=True), 0.5)
-    tight = submit(engine, "tight", SamplingParams(max_tokens=150), 0.5)  # EOS 100 x2 > 150
+    planned = submit("planned", SamplingParams(max_tokens=400, ignore_eos=True), 0.5)
+    ended = submit("ended", SamplingParams(max_tokens=500), 0.5)  # EOS at 100
+    capped = submit("capped", SamplingParams(max_tokens=60), 0.5)  # max_tokens first
+    near_room = submit("near_room", SamplingParams(max_tokens=900, ignore_eos=True), 0.5)
+    tight = submit("tight", SamplingParams(max_tokens=150), 0.5)  # EOS 100 x2 > 150
     assert (ended.max_output_tokens, ended.final_reason) == (100, FinishReason.STOP)
 
     engine.lengthen_unstarted(2.0)
