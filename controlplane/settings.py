@@ -165,13 +165,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 PACER_LOCK_IDLE_TIMEOUT_S = int(env_str("PACER_LOCK_IDLE_TIMEOUT_S", "10"))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# How long a websocket's wait for its next event may go without a word from Redis before the
+# connection counts as lost. channels_redis waits for an event in a read that Redis answers
+# after 5 s when none came (BZPOPMIN's timeout); redis-py 8 gives up on any read after 5 s
+# unless told otherwise, so that race closed every websocket left quiet for five seconds.
+PACER_CHANNELS_READ_TIMEOUT_S = float(env_str("PACER_CHANNELS_READ_TIMEOUT_S", "15"))
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # Group names hold run ids, which restart with every database: deployments (or test
         # sessions) sharing one Redis keep their live events apart by prefix.
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            "hosts": [{"address": REDIS_URL, "socket_timeout": PACER_CHANNELS_READ_TIMEOUT_S}],
             "prefix": env_str("PACER_CHANNELS_PREFIX", "asgi"),
             # Events a browser may fall behind by before Channels drops them (its default is
             # 100): a poll's engine health and its decisions for a minute of 0.5 s polls.

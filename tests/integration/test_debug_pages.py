@@ -51,7 +51,8 @@ def test_a_debug_page_shows_no_password_of_any_setting_or_variable(settings: Any
     settings.REDIS_URL = settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = URL
     settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": URL}}
     layer = settings.CHANNEL_LAYERS["default"]
-    settings.CHANNEL_LAYERS = {"default": {**layer, "CONFIG": {**layer["CONFIG"], "hosts": [URL]}}}
+    hosts = [{**host, "address": URL} for host in layer["CONFIG"]["hosts"]]
+    settings.CHANNEL_LAYERS = {"default": {**layer, "CONFIG": {**layer["CONFIG"], "hosts": hosts}}}
     page = Client(raise_request_exception=False).get(
         "/fails/", HTTP_X_UPSTREAM=f"postgres://pacer:{PASSWORD}@db.internal/pacer"
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -57,18 +56,44 @@ async def test_event_sent_from_another_process_reaches_the_websocket() -> None:
     connected, _ = await communicator.connect(timeout=5)
     assert connected
 
-    sender = subprocess.run(
-        [sys.executable, "-c", SEND_FROM_ANOTHER_PROCESS, run_group_name(run.pk)],
+    # The sender runs beside the consumer's loop, as a worker's process does: a blocking
+    # subprocess.run would freeze that loop, and its pending read from Redis, meanwhile.
+    sender = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        SEND_FROM_ANOTHER_PROCESS,
+        run_group_name(run.pk),
         cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings"},
     )
-    assert sender.returncode == 0, sender.stderr
+    _, stderr = await asyncio.wait_for(sender.communicate(), timeout=60)
+    assert sender.returncode == 0, stderr.decode()
 
     message = await communicator.receive_json_from(timeout=10)
     assert message == {"type": "decision", "data": {"kind": "grow", "cap_after": 12}}
+    await communicator.disconnect()
+
+
+async def test_a_websocket_left_quiet_gets_the_next_event() -> None:
+    """A run page with nothing happening stays connected: with redis-py's default read
+    timeout, the Channels layer's own wait for an event (answered empty after
+    ``brpop_timeout``) failed the connection on the first quiet stretch that long."""
+    cookie = await database_sync_to_async(session_cookie_for)("patient")
+    run = await database_sync_to_async(Run.objects.create)(name="quiet", config={})
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/runs/{run.pk}/",
+        headers=[(b"cookie", cookie), (b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")],
+    )
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    layer = get_channel_layer()
+    await asyncio.sleep(layer.brpop_timeout + 2)
+
+    event = {"kind": "hold", "cap_after": 7}
+    await layer.group_send(run_group_name(run.pk), {"type": "run.decision", "data": event})
+    assert await communicator.receive_json_from(timeout=5) == {"type": "decision", "data": event}
     await communicator.disconnect()
 
 
