@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from channels_redis.core import RedisChannelLayer
 from django.contrib.auth import get_user_model
 from django.db import connection
 from playwright.sync_api import Page, Route, expect
@@ -245,6 +246,20 @@ def test_a_viewer_sees_the_panel_disabled_and_cannot_override(
     )
     assert status == 403
     assert live_run.overrides.count() == overrides
+
+
+def test_a_quiet_run_page_keeps_its_one_websocket(
+    operator_page: Page, stack: Stack, db_access: None
+) -> None:
+    """A run that sends nothing (not started yet) leaves its page's websocket open, through
+    stretches longer than the Channels layer's wait for an event."""
+    page = operator_page
+    run = Run.objects.create(name="quiet-page", config={"name": "quiet-page"})
+    page.goto(f"{stack.web.url}/runs/{run.pk}/")
+    expect(page.locator("#live-status")).to_have_text("live")
+    page.wait_for_timeout((RedisChannelLayer.brpop_timeout * 2 + 2) * 1000)
+    assert page.evaluate("() => window.pacerMetrics.opens") == 1
+    expect(page.locator("#live-status")).to_have_text("live")
 
 
 def test_the_page_reconnects_after_a_web_server_restart_and_backfills_without_gap_or_duplicate(
