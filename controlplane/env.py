@@ -29,3 +29,29 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_int(name: str, default: int, *, minimum: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise ValueError(f"{name}={raw!r}: must be at least {minimum}")
+    return value
+
+
+def env_float(name: str, default: float, *, above: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if not value > above:  # NaN fails too
+        raise ValueError(f"{name}={raw!r}: must be above {above:g}")
+    return value

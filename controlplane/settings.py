@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from controlplane.env import env_bool, env_list, env_str
+from controlplane.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PACER_VAR_DIR", str(BASE_DIR / "var")))
@@ -50,7 +50,7 @@ if PACER_HTTPS:
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
     # A year, with subdomains, and preload-ready: what hstspreload.org asks for. Set 0 to
     # trial HTTPS first: browsers remember the header for as long as it says.
-    SECURE_HSTS_SECONDS = int(env_str("PACER_HSTS_SECONDS", str(365 * 86400)))
+    SECURE_HSTS_SECONDS = env_int("PACER_HSTS_SECONDS", 365 * 86400, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PACER_HSTS_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("PACER_HSTS_PRELOAD", True)
 # Pages other than the served address itself (scheme://host:port) that may use a signed-in
@@ -135,7 +135,7 @@ DATABASES = {
 # How long a transaction waits for another's write lock before it fails: far longer than any
 # write Pacer makes (a poll's rows take ~10 ms; the compactions that take seconds run on
 # PostgreSQL only), and within a client's patience.
-PACER_SQLITE_BUSY_TIMEOUT_S = float(env_str("PACER_SQLITE_BUSY_TIMEOUT_S", "20"))
+PACER_SQLITE_BUSY_TIMEOUT_S = env_float("PACER_SQLITE_BUSY_TIMEOUT_S", 20.0, above=0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         # A transaction takes the write lock when it begins, and so waits its turn: one that
@@ -155,21 +155,24 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A connection attempt to an unreachable server gives up after this long (libpq's
     # default is to wait for the operating system, minutes).
-    PACER_PG_CONNECT_TIMEOUT_S = int(env_str("PACER_PG_CONNECT_TIMEOUT_S", "10"))
+    PACER_PG_CONNECT_TIMEOUT_S = env_int("PACER_PG_CONNECT_TIMEOUT_S", 10, minimum=1)
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = PACER_PG_CONNECT_TIMEOUT_S
 # A host's transaction that locks its run's row (workers/runtime/store.py) and then hangs (a
 # partition that resets nothing) is ended by PostgreSQL after this long idle, so the lock
 # cannot keep the next host out. Far above any pause inside those transactions
 # (milliseconds), and well inside the lease's TTL (20 s): the next host takes over within a
 # lease and a sweep.
-PACER_LOCK_IDLE_TIMEOUT_S = int(env_str("PACER_LOCK_IDLE_TIMEOUT_S", "10"))
+PACER_LOCK_IDLE_TIMEOUT_S = env_int("PACER_LOCK_IDLE_TIMEOUT_S", 10, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # How long a websocket's wait for its next event may go without a word from Redis before the
 # connection counts as lost. channels_redis waits for an event in a read that Redis answers
 # after 5 s when none came (BZPOPMIN's timeout); redis-py 8 gives up on any read after 5 s
 # unless told otherwise, so that race closed every websocket left quiet for five seconds.
-PACER_CHANNELS_READ_TIMEOUT_S = float(env_str("PACER_CHANNELS_READ_TIMEOUT_S", "15"))
+CHANNELS_EVENT_WAIT_S = 5.0  # channels_redis's RedisChannelLayer.brpop_timeout
+PACER_CHANNELS_READ_TIMEOUT_S = env_float(
+    "PACER_CHANNELS_READ_TIMEOUT_S", 15.0, above=CHANNELS_EVENT_WAIT_S
+)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -278,7 +281,7 @@ PACER_SIGNIN_FAILURES_PER_ADDRESS = env_str("PACER_SIGNIN_FAILURES_PER_ADDRESS",
 # Django's password rules, for every way a password is set: the admin's forms, createsuperuser,
 # changepassword, pacer_user and ensure_admin. The length is OWASP ASVS 4.0's (2.1.1: at least
 # 12 characters).
-PACER_PASSWORD_MIN_LENGTH = int(env_str("PACER_PASSWORD_MIN_LENGTH", "12"))
+PACER_PASSWORD_MIN_LENGTH = env_int("PACER_PASSWORD_MIN_LENGTH", 12, minimum=1)
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {

@@ -46,7 +46,7 @@ from pacer_cli.run_engines import RunEngineCommands, add_run_engines_parsers
 
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
 DEFAULT_URL = "http://127.0.0.1:8000"  # where ./scripts/run serves
-OVERRIDE_WAIT_S = 10.0  # how long `runs override` waits to see the run act on it
+OVERRIDE_WAIT_S = 10.0  # how long a command to a run (override, stop, ...) waits to see it act
 OVERRIDE_POLL_S = 0.1
 
 
@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         command = runs.add_parser(name, help=f"{name} the run")
         command.add_argument("run", type=int)
         command.add_argument("--reason", default="")
+        command.add_argument("--no-wait", action="store_true", help="do not wait for the run")
     decisions = runs.add_parser("decisions", help="the run's decisions, one line each")
     decisions.add_argument("run", type=int)
     decisions.add_argument("--follow", "-f", action="store_true", help="then live, until it ends")
@@ -205,9 +206,13 @@ class Cli(AlertCommands, RunEngineCommands):
         return override
 
     def _command(self, name: str) -> int:
+        """Stop, pause or resume, then (as an override does) wait a while for the run's host to
+        act: "pending" alone would leave the user to ask again whether the run stopped."""
         override = self.api.post(f"/api/runs/{self.args.run}/{name}/", {"reason": self.args.reason})
+        if not self.args.no_wait:
+            override = self._settled(override)
         self.emit(override, f"{name}: {override_text(override)}")
-        return 0
+        return EXIT_REFUSED if override["status"] == "error" else 0
 
     def runs_stop(self) -> int:
         return self._command("stop")

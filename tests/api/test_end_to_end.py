@@ -1,6 +1,6 @@
 """A run from the terminal to the engines and back: created by ``pacer`` through the real web
 server, hosted by a real Celery worker on simulated engines, its decisions followed live over
-its websocket, its cap pinned and released, and stopped."""
+its websocket, its cap pinned and released, paused, resumed and stopped."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def pacer(server: LiveServer, token: str, *argv: str) -> subprocess.CompletedPro
     )  # fmt: skip
 
 
-def test_create_follow_pin_release_and_stop_from_the_terminal(
+def test_create_follow_pin_release_pause_resume_and_stop_from_the_terminal(
     live_server_api: LiveServer, engines: list[SimEngine], worker: DbWorker, tmp_path: Path
 ) -> None:
     token = make_account("olga", "operator").token
@@ -97,8 +97,17 @@ def test_create_follow_pin_release_and_stop_from_the_terminal(
         assert released.returncode == 0 and " (release) applied: " in released.stdout
         (release,) = decisions("release")
 
+        # Pause and resume wait for the run as an override does: the host stores its state
+        # and lets the run go; a resumed run is hosted again from that state.
+        paused = pacer(live_server_api, token, "runs", "pause", str(run_id), "--reason", "lunch")
+        assert paused.returncode == 0 and " (pause) applied" in paused.stdout, paused.stdout
+        assert Run.objects.get(pk=run_id).state == RunState.PAUSED
+        resumed = pacer(live_server_api, token, "runs", "resume", str(run_id))
+        assert resumed.returncode == 0 and " (resume) applied" in resumed.stdout, resumed.stdout
+        wait_for(lambda: decisions("restore"), 60, "the resumed run to be hosted again")
+
         stopped = pacer(live_server_api, token, "runs", "stop", str(run_id), "--reason", "done")
-        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.returncode == 0 and " (stop) applied" in stopped.stdout, stopped.stdout
         assert follower.wait(timeout=60) == 0
     finally:
         if follower.poll() is None:
