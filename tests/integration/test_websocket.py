@@ -45,9 +45,10 @@ def session_cookie_for(username: str) -> bytes:
     return f"{settings.SESSION_COOKIE_NAME}={session_key}".encode()
 
 
-async def test_event_sent_from_another_process_reaches_the_websocket() -> None:
-    cookie = await database_sync_to_async(session_cookie_for)("watcher")
-    run = await database_sync_to_async(Run.objects.create)(name="watched", config={})
+async def watching_a_new_run(username: str, run_name: str) -> tuple[Run, WebsocketCommunicator]:
+    """A new run, and a websocket on it connected as a signed-in user (by session cookie)."""
+    cookie = await database_sync_to_async(session_cookie_for)(username)
+    run = await database_sync_to_async(Run.objects.create)(name=run_name, config={})
     communicator = WebsocketCommunicator(
         application,
         f"/ws/runs/{run.pk}/",
@@ -55,6 +56,11 @@ async def test_event_sent_from_another_process_reaches_the_websocket() -> None:
     )
     connected, _ = await communicator.connect(timeout=5)
     assert connected
+    return run, communicator
+
+
+async def test_event_sent_from_another_process_reaches_the_websocket() -> None:
+    run, communicator = await watching_a_new_run("watcher", "watched")
 
     # The sender runs beside the consumer's loop, as a worker's process does: a blocking
     # subprocess.run would freeze that loop, and its pending read from Redis, meanwhile.
@@ -79,15 +85,7 @@ async def test_a_websocket_left_quiet_gets_the_next_event() -> None:
     """A run page with nothing happening stays connected: with redis-py's default read
     timeout, the Channels layer's own wait for an event (answered empty after
     ``brpop_timeout``) failed the connection on the first quiet stretch that long."""
-    cookie = await database_sync_to_async(session_cookie_for)("patient")
-    run = await database_sync_to_async(Run.objects.create)(name="quiet", config={})
-    communicator = WebsocketCommunicator(
-        application,
-        f"/ws/runs/{run.pk}/",
-        headers=[(b"cookie", cookie), (b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")],
-    )
-    connected, _ = await communicator.connect(timeout=5)
-    assert connected
+    run, communicator = await watching_a_new_run("patient", "quiet")
     layer = get_channel_layer()
     await asyncio.sleep(layer.brpop_timeout + 2)
 
@@ -114,15 +112,7 @@ async def test_a_connection_joins_its_group_again_after_redis_forgot_it(
 ) -> None:
     """A Redis restart empties every group; a page kept open must get its events back."""
     monkeypatch.setattr(consumers, "REJOIN_S", 0.2)
-    cookie = await database_sync_to_async(session_cookie_for)("forgotten")
-    run = await database_sync_to_async(Run.objects.create)(name="forgotten", config={})
-    communicator = WebsocketCommunicator(
-        application,
-        f"/ws/runs/{run.pk}/",
-        headers=[(b"cookie", cookie), (b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")],
-    )
-    connected, _ = await communicator.connect(timeout=5)
-    assert connected
+    run, communicator = await watching_a_new_run("forgotten", "forgotten")
     layer = get_channel_layer()
     group = run_group_name(run.pk)
     forget = redis.Redis.from_url(settings.REDIS_URL)
