@@ -181,3 +181,17 @@ def queue() -> Iterator[str]:
 def runs_dir(tmp_path: Path) -> Path:
     """Where the workers a test starts keep run folders (PACER_RUNS_DIR)."""
     return tmp_path / "runs"
+
+
+def fresh(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGV`` in a fresh process with neither DEBUG nor SECRET_KEY set, unless in
+    ``env``."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")}
+    return subprocess.run(
+        [str(VENV_BIN / "python"), *argv],
+        cwd=REPO_ROOT,
+        env={**inherited, "DJANGO_SETTINGS_MODULE": "controlplane.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

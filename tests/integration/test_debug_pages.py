@@ -3,32 +3,17 @@ settings it lists, not in the request's environment, not in a frame's local vari
 
 from __future__ import annotations
 
-import os
-import subprocess
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from tests.conftest import REPO_ROOT, VENV_BIN
+from tests.conftest import fresh
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "hunter2-in-redis"
 URL = f"redis://:{PASSWORD}@redis.internal:6379/0"
-
-
-def fresh(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python ARGV`` in a fresh process with neither DEBUG nor SECRET_KEY set, unless in
-    ``env``."""
-    inherited = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")}
-    return subprocess.run(
-        [str(VENV_BIN / "python"), *argv],
-        cwd=REPO_ROOT,
-        env={**inherited, "DJANGO_SETTINGS_MODULE": "controlplane.settings", **env},
-        capture_output=True,
-        text=True,
-    )
 
 
 def test_debug_is_off_unless_asked_for() -> None:

@@ -4,27 +4,13 @@ timeout at or under the Channels layer's own wait closes every quiet page)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 
-from tests.conftest import REPO_ROOT, VENV_BIN
+from tests.conftest import fresh
 
 pytestmark = pytest.mark.integration
-
-
-def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(VENV_BIN / "python"), "manage.py", "check"],
-        cwd=REPO_ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings", **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.parametrize(
@@ -38,7 +24,7 @@ def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
 def test_a_bad_number_stops_manage_py_with_the_variables_name(
     variable: str, value: str, said: str
 ) -> None:
-    refused = manage_check(**{variable: value})
+    refused = fresh("manage.py", "check", **{variable: value})
     assert refused.returncode != 0
     assert f"{variable}{said}" in refused.stderr
 
